@@ -1,0 +1,195 @@
+"""The run catalog (catalog.sqlite): runs, per-domain stage status, and stage counts.
+
+SQLite in WAL mode with a busy timeout, so several processes (two pipeline runs, Prefect
+workers) can share one workspace; every write is one short transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Integer, String, Text, create_engine, event, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+STATUSES = ("pending", "running", "done", "failed")
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    id: Mapped[str] = mapped_column(String, primary_key=True)
+    flow: Mapped[str] = mapped_column(String)
+    status: Mapped[str] = mapped_column(String, default="running")
+    params: Mapped[dict] = mapped_column(JSON, default=dict)
+    summary: Mapped[dict] = mapped_column(JSON, default=dict)
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime, default=_now)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class DomainStage(Base):
+    """One row per (domain, stage): its status, how often it was tried, and the last error."""
+
+    __tablename__ = "domain_stages"
+    domain: Mapped[str] = mapped_column(String, primary_key=True)
+    stage: Mapped[str] = mapped_column(String, primary_key=True)
+    status: Mapped[str] = mapped_column(String, default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    artifact: Mapped[str | None] = mapped_column(String, nullable=True)  # content hash of the output
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=_now, onupdate=_now)
+
+
+class StageCount(Base):
+    """Counters a stage reports for a run (accepted tools, rejected by reason, scenarios kept...)."""
+
+    __tablename__ = "stage_counts"
+    run_id: Mapped[str] = mapped_column(String, primary_key=True)
+    stage: Mapped[str] = mapped_column(String, primary_key=True)
+    key: Mapped[str] = mapped_column(String, primary_key=True)
+    value: Mapped[int] = mapped_column(Integer, default=0)
+
+
+_ENGINES: dict[str, Engine] = {}
+
+
+def engine_for(path: Path) -> Engine:
+    key = str(Path(path).resolve())
+    if key not in _ENGINES:
+        Path(key).parent.mkdir(parents=True, exist_ok=True)
+        eng = create_engine(f"sqlite:///{key}", connect_args={"timeout": 60})
+
+        @event.listens_for(eng, "connect")
+        def _pragmas(dbapi_conn, _record):  # noqa: ANN001
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=60000")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        Base.metadata.create_all(eng)
+        _ENGINES[key] = eng
+    return _ENGINES[key]
+
+
+class Catalog:
+    """Small API over catalog.sqlite; every method is one transaction."""
+
+    def __init__(self, path: Path):
+        self.engine = engine_for(path)
+
+    # runs -----------------------------------------------------------------------------
+    def start_run(self, run_id: str, flow: str, params: dict[str, Any] | None = None) -> None:
+        with Session(self.engine) as s, s.begin():
+            run = s.get(Run, run_id)
+            if run is None:
+                s.add(Run(id=run_id, flow=flow, params=json.loads(json.dumps(params or {}, default=str))))
+            else:
+                run.status, run.finished_at = "running", None
+
+    def finish_run(self, run_id: str, status: str, summary: dict[str, Any] | None = None) -> None:
+        with Session(self.engine) as s, s.begin():
+            run = s.get(Run, run_id)
+            if run is not None:
+                run.status, run.finished_at = status, _now()
+                run.summary = json.loads(json.dumps(summary or {}, default=str))
+
+    def runs(self) -> list[dict[str, Any]]:
+        with Session(self.engine) as s:
+            rows = s.scalars(select(Run).order_by(Run.started_at)).all()
+            return [
+                {"id": r.id, "flow": r.flow, "status": r.status, "params": r.params, "summary": r.summary,
+                 "started_at": r.started_at.isoformat(), "finished_at": r.finished_at.isoformat() if r.finished_at else None}
+                for r in rows
+            ]
+
+    # domain stages ----------------------------------------------------------------------
+    def mark(self, domain: str, stage: str, status: str, error: str | None = None,
+             artifact: str | None = None) -> None:
+        """Record a domain's stage status; 'running' counts an attempt."""
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        with Session(self.engine) as s, s.begin():
+            row = s.get(DomainStage, (domain, stage))
+            if row is None:
+                row = DomainStage(domain=domain, stage=stage, attempts=0)
+                s.add(row)
+            row.status = status
+            if status == "running":
+                row.attempts = (row.attempts or 0) + 1
+            if status == "failed":
+                row.last_error = (error or "unknown error")[:4000]
+            elif status == "done":
+                row.last_error = None
+            if artifact is not None:
+                row.artifact = artifact
+
+    def stage_status(self, domain: str, stage: str) -> dict[str, Any] | None:
+        with Session(self.engine) as s:
+            row = s.get(DomainStage, (domain, stage))
+            if row is None:
+                return None
+            return {"status": row.status, "attempts": row.attempts, "error": row.last_error, "artifact": row.artifact}
+
+    def domains(self, stage: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
+        """Per-(domain, stage) rows, optionally filtered."""
+        with Session(self.engine) as s:
+            q = select(DomainStage).order_by(DomainStage.domain, DomainStage.stage)
+            if stage:
+                q = q.where(DomainStage.stage == stage)
+            if status:
+                q = q.where(DomainStage.status == status)
+            return [
+                {"domain": r.domain, "stage": r.stage, "status": r.status, "attempts": r.attempts,
+                 "error": r.last_error, "artifact": r.artifact}
+                for r in s.scalars(q).all()
+            ]
+
+    def domain_summary(self) -> dict[str, Any]:
+        """One line per domain: failed if any stage failed, else the latest stage's status.
+
+        This is the `agentscaler status --json` shape: {"domains": [...], "counts": {...}}.
+        """
+        per: dict[str, dict[str, Any]] = {}
+        for row in self.domains():
+            cur = per.setdefault(row["domain"], {"domain": row["domain"], "status": "done", "attempts": 0,
+                                                 "error": None, "stages": {}})
+            cur["stages"][row["stage"]] = row["status"]
+            cur["attempts"] = max(cur["attempts"], row["attempts"])
+            if row["status"] == "failed":
+                cur["status"], cur["error"] = "failed", f"{row['stage']}: {row['error']}"
+            elif row["status"] in ("running", "pending") and cur["status"] != "failed":
+                cur["status"] = row["status"]
+        domains = sorted(per.values(), key=lambda d: d["domain"])
+        return {"domains": domains, "counts": dict(Counter(d["status"] for d in domains))}
+
+    # counts -------------------------------------------------------------------------------
+    def set_counts(self, run_id: str, stage: str, counts: dict[str, int]) -> None:
+        with Session(self.engine) as s, s.begin():
+            for key, value in counts.items():
+                row = s.get(StageCount, (run_id, stage, key))
+                if row is None:
+                    s.add(StageCount(run_id=run_id, stage=stage, key=key, value=int(value)))
+                else:
+                    row.value = int(value)
+
+    def counts(self, run_id: str | None = None) -> dict[str, dict[str, int]]:
+        with Session(self.engine) as s:
+            q = select(StageCount)
+            if run_id:
+                q = q.where(StageCount.run_id == run_id)
+            out: dict[str, dict[str, int]] = {}
+            for r in s.scalars(q).all():
+                out.setdefault(r.stage, {})[r.key] = out.get(r.stage, {}).get(r.key, 0) + r.value
+            return out

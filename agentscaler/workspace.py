@@ -1,0 +1,115 @@
+"""The workspace folder a run leaves on disk, and atomic writes into it.
+
+Every artifact is written to a temporary name in the same folder, fsynced, and renamed into
+place, so a crash never leaves a half-written file under its final name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+
+
+def atomic_write_jsonl(path: Path, rows: Iterable[Any]) -> Path:
+    text = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False, default=str) + "\n" for r in rows)
+    return atomic_write_text(path, text)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Read a JSON Lines file; a torn last line (crash mid-append) is skipped, not fatal."""
+    rows: list[dict] = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+class Workspace:
+    """Paths of one workspace. Creating it makes the folders; nothing else happens here."""
+
+    def __init__(self, root: Path | str):
+        self.root = Path(root).resolve()
+        for sub in ("corpus", "graph", "domains", "rollouts", "sft", "models", "reports", "cache"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.root / "catalog.sqlite"
+
+    @property
+    def tools_path(self) -> Path:
+        return self.root / "corpus" / "tools.parquet"
+
+    @property
+    def corpus_report_path(self) -> Path:
+        return self.root / "corpus" / "report.json"
+
+    @property
+    def graph_dir(self) -> Path:
+        return self.root / "graph"
+
+    @property
+    def domains_path(self) -> Path:
+        """The discovered domains: a JSON list of {"domain", "tools": [ids], "names": [...], "edges": [...]}."""
+        return self.root / "graph" / "domains.json"
+
+    def domain_dir(self, domain_id: str) -> Path:
+        return self.root / "domains" / domain_id
+
+    def rollout_dir(self, run_id: str) -> Path:
+        return self.root / "rollouts" / run_id
+
+    @property
+    def sft_dir(self) -> Path:
+        return self.root / "sft"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.root / "cache"
+
+    def domain_ids(self) -> list[str]:
+        """Domains that have a finished environment (spec.json written last, atomically)."""
+        base = self.root / "domains"
+        return sorted(p.parent.name for p in base.glob("*/spec.json"))

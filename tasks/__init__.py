@@ -1,0 +1,1 @@
+"""Pipeline stages: plain functions that do the work, and thin Prefect @task wrappers."""

@@ -1,0 +1,116 @@
+"""Core: atomic writes, content hashes, the catalog, the Tool model, the tool store."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from agentscaler.catalog import Catalog
+from agentscaler.hashing import content_hash
+from agentscaler.models import Tool
+from agentscaler.toolstore import load_tools, save_tools
+from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text, read_jsonl
+
+
+def test_content_hash_is_key_order_independent():
+    assert content_hash({"a": 1, "b": [1, 2]}) == content_hash({"b": [1, 2], "a": 1})
+    assert content_hash({"a": 1}) != content_hash({"a": 2})
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path: Path):
+    p = tmp_path / "x" / "a.json"
+    atomic_write_json(p, {"k": 1})
+    atomic_write_text(p, "replaced")
+    assert p.read_text() == "replaced"
+    assert [f.name for f in p.parent.iterdir()] == ["a.json"]
+
+
+def test_read_jsonl_skips_torn_last_line(tmp_path: Path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"a": 1}\n{"a": 2}\n{"a": ')
+    assert read_jsonl(p) == [{"a": 1}, {"a": 2}]
+
+
+def test_workspace_layout(tmp_path: Path):
+    ws = Workspace(tmp_path / "ws")
+    for sub in ("corpus", "graph", "domains", "rollouts", "sft", "models", "reports"):
+        assert (ws.root / sub).is_dir()
+    assert ws.domain_ids() == []
+    (ws.domain_dir("d1")).mkdir()
+    (ws.domain_dir("d1") / "spec.json").write_text("{}")
+    assert ws.domain_ids() == ["d1"]
+
+
+def test_catalog_marks_attempts_and_summary(tmp_path: Path):
+    cat = Catalog(tmp_path / "catalog.sqlite")
+    cat.mark("d1", "synthesize", "running")
+    cat.mark("d1", "synthesize", "failed", error="SyntaxError in tools.py line 3")
+    cat.mark("d1", "synthesize", "running")
+    cat.mark("d2", "synthesize", "running")
+    cat.mark("d2", "synthesize", "done", artifact="abc")
+    summary = cat.domain_summary()
+    by = {d["domain"]: d for d in summary["domains"]}
+    assert by["d1"]["status"] == "running" and by["d1"]["attempts"] == 2
+    assert by["d2"]["status"] == "done"
+    cat.mark("d1", "synthesize", "failed", error="boom")
+    assert cat.domain_summary()["counts"] == {"failed": 1, "done": 1}
+    assert [r["domain"] for r in cat.domains(status="failed")] == ["d1"]
+    with pytest.raises(ValueError):
+        cat.mark("d1", "synthesize", "weird")
+
+
+def _mark_many(path: str, worker: int) -> None:
+    cat = Catalog(Path(path))
+    for i in range(30):
+        cat.mark(f"d{worker}-{i}", "synthesize", "running")
+        cat.mark(f"d{worker}-{i}", "synthesize", "done")
+
+
+def test_catalog_survives_concurrent_writers(tmp_path: Path):
+    path = str(tmp_path / "catalog.sqlite")
+    Catalog(Path(path))
+    procs = [mp.get_context("spawn").Process(target=_mark_many, args=(path, w)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert Catalog(Path(path)).domain_summary()["counts"] == {"done": 90}
+
+
+def test_run_records(tmp_path: Path):
+    cat = Catalog(tmp_path / "c.sqlite")
+    cat.start_run("r1", "ingest", {"sources": ["a"]})
+    cat.set_counts("r1", "ingest", {"accepted": 3, "rejected": 1})
+    cat.finish_run("r1", "completed", {"accepted": 3})
+    assert cat.runs()[0]["status"] == "completed"
+    assert cat.counts("r1") == {"ingest": {"accepted": 3, "rejected": 1}}
+
+
+def _tool(name: str = "get_user", **kw) -> Tool:
+    return Tool(name=name, source_name=name, source="openai", description="Get a user by id.",
+                parameters={"type": "object", "properties": {"user_id": {"type": "string"}}, "required": ["user_id"]},
+                **kw).with_id()
+
+
+def test_tool_name_must_be_function_safe():
+    with pytest.raises(ValidationError):
+        _tool("get user!")
+    with pytest.raises(ValidationError):
+        Tool(name="x", source_name="x", source="s", description="d", parameters={}, bogus=1)
+
+
+def test_tool_id_is_spec_hash_not_source():
+    a = _tool()
+    b = _tool().model_copy(update={"source": "bfcl"})
+    assert a.id == b.spec_hash()
+    assert a.openai_schema()["function"]["name"] == "get_user"
+
+
+def test_toolstore_roundtrip(tmp_path: Path):
+    tools = [_tool(), _tool("get_order", returns={"type": "object"}, category="shop", kind="read")]
+    save_tools(tmp_path / "tools.parquet", tools)
+    assert load_tools(tmp_path / "tools.parquet") == tools

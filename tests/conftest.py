@@ -1,0 +1,45 @@
+"""Shared fixtures: environment for offline runs, one Prefect test harness per session, the shop domain."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """A real Prefect (ephemeral, temporary database) for the whole session; started on first use."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture()
+def shop_domain(tmp_path: Path) -> Path:
+    """A fresh copy of the hand-written shop fixture domain."""
+    return load_shop_builder()(tmp_path / "domains" / "shop")
+
+
+def load_shop_builder():
+    """The fixture's build_shop function, imported from tests/data/domains/shop/build.py."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("shop_fixture_build", DATA / "domains" / "shop" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.build_shop

@@ -1,0 +1,1 @@
+"""Two-stage SFT: dataset export, TRL trainer entry point, configs."""
