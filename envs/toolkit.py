@@ -61,7 +61,7 @@ class DB:
 
     def _encode(self, table: str, values: dict[str, Any]) -> dict[str, Any]:
         jc = self._json_cols.get(table, ())
-        return {k: (json.dumps(v, sort_keys=True) if (k in jc or isinstance(v, (dict, list))) and v is not None
+        return {k: (json.dumps(v, sort_keys=True, ensure_ascii=False) if (k in jc or isinstance(v, (dict, list))) and v is not None
                     and not isinstance(v, str) else v) for k, v in values.items()}
 
     @staticmethod
@@ -168,6 +168,7 @@ class Guard:
         self.time_limit_s = time_limit_s
         self.tool_mode = False
         self.deadline = float("inf")
+        self.dirty: set[str] = set()  # tables a statement prepared since the last load() may write
         conn.set_authorizer(self._authorize)
         try:
             conn.enable_load_extension(False)
@@ -182,11 +183,31 @@ class Guard:
             return sqlite3.SQLITE_DENY if arg2 is not None else sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENY_FUNCS:
             return sqlite3.SQLITE_DENY
-        if action in _WRITE_OPS and (arg1 or "").lower().startswith("sqlite_"):
-            return sqlite3.SQLITE_DENY
+        if action in _WRITE_OPS:
+            if (arg1 or "").lower().startswith("sqlite_"):
+                return sqlite3.SQLITE_DENY
+            self.dirty.add(arg1)
         if self.tool_mode and action in _TXN:
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
+
+    def load(self, data: bytes) -> None:
+        """Replace the connection's database with an in-memory copy of data (deserialize is
+        refused under the authorizer, so it is lifted for the duration). Re-installing the
+        authorizer expires every prepared statement, so each is authorized (and its written
+        tables marked dirty) again after the load."""
+        self.dirty.clear()
+        self.conn.set_authorizer(None)
+        try:
+            self.conn.deserialize(data)
+        finally:
+            self.conn.set_authorizer(self._authorize)
+
+    def rearm(self) -> None:
+        """Clear the dirty marks; re-installing the authorizer expires all prepared statements, so
+        any statement that runs again is re-authorized and marks its tables again."""
+        self.dirty = set()
+        self.conn.set_authorizer(self._authorize)
 
     def _progress(self) -> int:
         return 1 if time.monotonic() > self.deadline else 0

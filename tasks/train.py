@@ -1,0 +1,122 @@
+"""Train stage: launch `training.sft` for one SFT stage as a subprocess, stream its log, record it.
+
+Training never runs inside the Prefect (or CLI) process: a CUDA/DeepSpeed crash or an OOM kill
+must not take the orchestrator down, and `accelerate launch` needs its own process tree anyway.
+The child's stdout/stderr go line by line to `<ws>/models/stage{n}/train.log` and to `on_line`
+(the console, Prefect's logger); the result is `<ws>/models/stage{n}/result.json`, recorded as a
+run in the catalog (`flow = "train-stage{n}"`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentscaler.workspace import Workspace
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ACCELERATE_DIR = REPO_ROOT / "training" / "accelerate"
+
+
+class TrainingFailed(RuntimeError):
+    """The training subprocess exited non-zero; the message carries the log's tail."""
+
+
+def train_command(ws: Workspace, config: Path, max_steps: int | None = None, accelerate_config: Path | None = None,
+                  num_processes: int | None = None, model: str | None = None) -> list[str]:
+    """The command line: plain `python -m training.sft` or `accelerate launch --config_file ...`."""
+    args = ["-m", "training.sft", "--config", str(config), "--workspace", str(ws.root)]
+    if max_steps is not None:
+        args += ["--max-steps", str(max_steps)]
+    if model is not None:
+        args += ["--model", model]
+    if accelerate_config is None:
+        return [sys.executable, *args]
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config)]
+    if num_processes is not None:
+        launch += ["--num_processes", str(num_processes)]
+    return [*launch, *args]
+
+
+def train_stage(ws: Workspace, stage: int, config: Path | None = None, max_steps: int | None = None,
+                accelerate_config: Path | None = None, num_processes: int | None = None, model: str | None = None,
+                on_line: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run one stage to completion and return its result.json (plus the command and log path)."""
+    from agentscaler.catalog import Catalog
+    from training.config import default_config_path, load_config
+
+    config = Path(config) if config else default_config_path(stage)
+    cfg = load_config(config, model=model)  # fail fast here on a bad config, not in the child
+    if cfg.stage != stage:
+        raise ValueError(f"{config} is a stage {cfg.stage} config, not stage {stage}")
+    out_dir = cfg.output_path(ws.root)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cmd = train_command(ws, config, max_steps, accelerate_config, num_processes, model)
+    log_path = out_dir / "train.log"
+    run_id = f"train-stage{stage}-{uuid.uuid4().hex[:8]}"
+    catalog = Catalog(ws.catalog_path)
+    catalog.start_run(run_id, f"train-stage{stage}", {"cmd": cmd, "config": str(config), "max_steps": max_steps})
+    (out_dir / "result.json").unlink(missing_ok=True)  # a stale result must not pass for this run's
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    tail: list[str] = []
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"$ {' '.join(cmd)}\n")
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, bufsize=1)
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                tail = (tail + [line.rstrip()])[-40:]
+                if on_line is not None:
+                    on_line(line.rstrip())
+            rc = proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            catalog.finish_run(run_id, "failed", {"error": "interrupted"})
+            raise
+    result_path = out_dir / "result.json"
+    if rc != 0 or not result_path.exists():
+        msg = f"stage {stage} training exited with {rc}; log {log_path}:\n" + "\n".join(tail[-15:])
+        catalog.finish_run(run_id, "failed", {"returncode": rc, "log": str(log_path)})
+        raise TrainingFailed(msg)
+    result = json.loads(result_path.read_text())
+    result.update({"command": cmd, "log": str(log_path), "run_id": run_id})
+    catalog.finish_run(run_id, "done", {k: result.get(k) for k in ("global_step", "train_loss", "final_dir",
+                                                                   "tokens_per_second", "loss_finite")})
+    return result
+
+
+# --- Prefect ----------------------------------------------------------------------------------
+
+def _task_fn(ws_root: str, stage: int, **options: Any) -> dict[str, Any]:
+    try:
+        from prefect import get_run_logger
+
+        logger = get_run_logger()
+        options.setdefault("on_line", logger.info)
+    except Exception:  # noqa: BLE001 - outside a run context there is no Prefect logger
+        pass
+    return train_stage(Workspace(ws_root), stage, **options)
+
+
+def _make_task() -> Callable[..., Any]:
+    from prefect import task
+
+    # No retries: a failed training run is not transient (and is expensive); the flow decides.
+    return task(name="train-sft", retries=0, tags=["train"])(_task_fn)
+
+
+try:
+    train_task = _make_task()
+except ImportError:  # pragma: no cover
+    train_task = None

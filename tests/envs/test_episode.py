@@ -1,0 +1,169 @@
+"""The Environment API on the shop fixture, through the real sandboxed worker."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from envs.episode import Environment, SandboxError, ToolResult
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "domains" / "shop"))
+from build import build_shop  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory) -> Path:
+    return build_shop(tmp_path_factory.mktemp("ws") / "shop")
+
+
+@pytest.fixture(scope="module")
+def env(shop):
+    with Environment.open(shop) as e:
+        yield e
+
+
+def test_reset_call_hash_diff(env):
+    obs = env.reset()
+    assert obs["domain"] == "shop" and {t["function"]["name"] for t in obs["tools"]} >= {"get_user", "place_order"}
+    seed_hash = env.state_hash()
+    res = env.call("get_user", {"user_id": "u1"})
+    assert res == ToolResult(True, {"user_id": "u1", "name": "Ada Lovelace", "email": "ada@example.com",
+                                    "balance": 120.0}, None)
+    res = env.call("place_order", {"user_id": "u1", "product_id": "p1", "quantity": 2})
+    assert res.ok and res.content["order_id"] == "o4" and res.content["created_at"] == "2024-05-15T15:00:00"
+    assert env.state_hash() != seed_hash
+    diff = env.diff()
+    assert {"table": "products", "key": {"product_id": "p1"}, "column": "stock", "before": 10, "after": 8} in diff
+    assert {"table": "users", "key": {"user_id": "u1"}, "column": "balance", "before": 120.0, "after": 103.0} in diff
+    added = [d for d in diff if d["table"] == "orders"]
+    assert added[0]["column"] is None and added[0]["after"]["total"] == 17.0 and "created_at" not in added[0]["after"]
+    env.reset()
+    assert env.state_hash() == seed_hash and env.diff() == []
+
+
+def test_same_calls_same_hash(env):
+    hashes = []
+    for _ in range(2):
+        env.reset()
+        env.call("place_order", {"user_id": "u3", "product_id": "p4", "quantity": 3})
+        env.call("update_email", {"user_id": "u2", "email": "turing@example.org"})
+        hashes.append(env.state_hash())
+    assert hashes[0] == hashes[1]
+
+
+def test_cached_hash_equals_full_recompute(env):
+    """The worker recomputes only tables written since the last hash; check it against a full
+    recompute (restore() hashes every table) after writes interleaved with hash calls."""
+    env.reset()
+    for order in (("u1", "p1"), ("u1", "p4"), ("u3", "p4")):
+        env.state_hash()
+        assert env.call("place_order", {"user_id": order[0], "product_id": order[1]}).ok
+        env.call("get_user", {"user_id": "u1"})
+    assert env.call("cancel_order", {"order_id": "o4"}).ok
+    assert env.call("update_email", {"user_id": "u2", "email": "x@y.z"}).ok
+    cached = env.state_hash()
+    env.restore(env.snapshot())
+    assert env.state_hash() == cached
+    assert env.call("cancel_order", {"order_id": "o5"}).ok  # reuses a prepared statement
+    cached = env.state_hash()
+    env.restore(env.snapshot())
+    assert env.state_hash() == cached
+
+
+def test_argument_errors_are_clear(env):
+    env.reset()
+    cases = [
+        ("get_user", {}, "'user_id' is a required property"),
+        ("get_user", {"user_id": 7}, "7 is not of type 'string'"),
+        ("get_user", {"user_id": "u1", "x": 1}, "Additional properties are not allowed"),
+        ("place_order", {"user_id": "u1", "product_id": "p1", "quantity": 9}, "9 is greater than the maximum of 5"),
+        ("get_user", '{"user_id": ', "not valid JSON"),
+        ("get_user", [1], "must be a JSON object"),
+        ("no_such_tool", {}, "unknown tool 'no_such_tool'"),
+    ]
+    for name, args, msg in cases:
+        res = env.call(name, args)
+        assert not res.ok and msg in res.error, (name, res.error)
+        assert res.error.startswith(("invalid arguments for", "arguments of", "unknown tool"))
+    assert env.call("get_user", '{"user_id": "u2"}').content["name"] == "Alan Turing"
+    assert env.call("get_user", {"user_id": "nobody"}).error == "user nobody not found"
+
+
+def test_failed_write_changes_nothing(env):
+    env.reset()
+    h = env.state_hash()
+    res = env.call("cancel_order", {"order_id": "o2"})
+    assert not res.ok and "delivered" in res.error
+    res = env.call("place_order", {"user_id": "u2", "product_id": "p3", "quantity": 2})
+    assert not res.ok and "insufficient balance" in res.error
+    assert env.state_hash() == h and env.diff() == []
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["get_user", "find_products", "get_order", "list_user_orders"]),
+                          st.sampled_from(["u1", "u2", "zz", "o1", "o3", "Mug", "", "p1"])), max_size=6))
+def test_reads_never_change_state(env, calls):
+    env.reset()
+    env.call("place_order", {"user_id": "u1", "product_id": "p4", "quantity": 1})
+    h, d = env.state_hash(), env.diff()
+    key = {"get_user": "user_id", "find_products": "query", "get_order": "order_id", "list_user_orders": "user_id"}
+    for name, value in calls:
+        env.call(name, {key[name]: value})
+    assert env.state_hash() == h and env.diff() == d
+
+
+def test_batch_matches_one_by_one(env):
+    calls = [{"name": "get_user", "arguments": {"user_id": "u1"}},
+             {"name": "place_order", "arguments": {"user_id": "u1", "product_id": "p3", "quantity": 1}},
+             ("get_order", {"order_id": "o4"}),
+             {"name": "get_user", "arguments": {"user_id": 1}},
+             {"name": "nope", "arguments": {}},
+             {"function": {"name": "cancel_order", "arguments": '{"order_id": "o4"}'}}]
+    env.reset()
+    batch = env.call_batch(calls)
+    h_batch = env.state_hash()
+    env.reset()
+    single = [env.step(c) if not isinstance(c, tuple) else env.call(*c) for c in calls]
+    assert batch == single
+    assert env.state_hash() == h_batch
+    assert [r.ok for r in batch] == [True, True, True, False, False, True]
+
+
+def test_snapshot_restore_and_diff_against(env):
+    env.reset()
+    env.call("place_order", {"user_id": "u3", "product_id": "p1", "quantity": 1})
+    snap = env.snapshot()
+    h = env.state_hash()
+    env.call("update_email", {"user_id": "u3", "email": "grace@navy.mil"})
+    assert env.diff(against=snap) == [{"table": "users", "key": {"user_id": "u3"}, "column": "email",
+                                       "before": "grace@example.com", "after": "grace@navy.mil"}]
+    env.restore(snap)
+    assert env.state_hash() == h
+
+
+def test_seed_file_untouched_and_close(shop):
+    digest = hashlib.sha256((shop / "seed.sqlite").read_bytes()).hexdigest()
+    e = Environment.open(shop)
+    e.reset()
+    e.call("place_order", {"user_id": "u1", "product_id": "p1"})
+    proc = e.worker.proc
+    e.close()
+    assert proc.poll() is not None
+    assert hashlib.sha256((shop / "seed.sqlite").read_bytes()).hexdigest() == digest
+    with pytest.raises(SandboxError):
+        e.call("get_user", {"user_id": "u1"})
+
+
+def test_missing_tool_function_is_a_tool_error(tmp_path):
+    dest = build_shop(tmp_path / "shop")
+    code = (dest / "tools.py").read_text().replace("def update_email(", "def _renamed(")
+    (dest / "tools.py").write_text(code)
+    with Environment.open(dest) as e:
+        assert e.missing_tools == ["update_email"]
+        res = e.call("update_email", {"user_id": "u1", "email": "a@b.c"})
+        assert not res.ok and "not implemented" in res.error

@@ -1,0 +1,131 @@
+"""Canonical state hash and field diff: properties (hypothesis) and column policies, on real SQLite."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envs.spec import ColumnSpec, TableSpec
+from envs.state import StatePlan, register_functions
+
+EXACT = [TableSpec(name="items", primary_key=["id"], columns=[
+    ColumnSpec(name="id", type="integer", nullable=False), ColumnSpec(name="label"),
+    ColumnSpec(name="qty", type="integer"), ColumnSpec(name="price", type="real"),
+    ColumnSpec(name="meta", type="json")])]
+
+POLICY = [TableSpec(name="users", primary_key=["user_id"], columns=[
+    ColumnSpec(name="user_id", nullable=False), ColumnSpec(name="email", policy="text"),
+    ColumnSpec(name="balance", type="real", policy="numeric", tolerance=0.01),
+    ColumnSpec(name="updated_at", policy="ignore")]),
+    TableSpec(name="events", primary_key=["event_id"], columns=[
+        ColumnSpec(name="event_id", policy="ignore"), ColumnSpec(name="user_id"), ColumnSpec(name="what")])]
+
+
+def _db(tables, rows_by_table) -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    register_functions(conn)
+    for t in tables:
+        cols = ", ".join(f'"{c.name}"' for c in t.columns)
+        conn.execute(f'CREATE TABLE "{t.name}" ({cols}, PRIMARY KEY ({", ".join(t.primary_key)}))')
+        for r in rows_by_table.get(t.name, []):
+            conn.execute(f'INSERT INTO "{t.name}" VALUES ({", ".join("?" for _ in t.columns)})', r)
+    return conn
+
+
+row = st.tuples(st.sampled_from(["a", "b", None]), st.integers(0, 3) | st.none(),
+                st.sampled_from([1.5, 2.0, None]), st.sampled_from(['{"k": 1}', "[1,2]", None]))
+rowsets = st.dictionaries(st.integers(0, 8), row, max_size=8)
+
+
+def _rows(d):
+    return [(k, *v) for k, v in d.items()]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rowsets, st.randoms(use_true_random=False))
+def test_hash_ignores_insertion_order_and_vacuum(d, rnd):
+    rows = _rows(d)
+    shuffled = rows[:]
+    rnd.shuffle(shuffled)
+    plan = StatePlan(EXACT)
+    a, b = _db(EXACT, {"items": rows}), _db(EXACT, {"items": shuffled})
+    assert plan.state_hash(a) == plan.state_hash(b)
+    b.execute("VACUUM")
+    assert plan.state_hash(a) == plan.state_hash(b)
+    assert plan.diff(a, b) == []
+
+
+@settings(max_examples=80, deadline=None)
+@given(rowsets, rowsets)
+def test_diff_empty_iff_hashes_equal(d1, d2):
+    plan = StatePlan(EXACT)
+    a, b = _db(EXACT, {"items": _rows(d1)}), _db(EXACT, {"items": _rows(d2)})
+    same_hash = plan.state_hash(a) == plan.state_hash(b)
+    diff = plan.diff(a, b)
+    assert same_hash == (diff == []), diff
+    assert same_hash == (d1 == d2)
+    # every changed key is reported, each row once per changed column
+    changed = {k for k in d1.keys() & d2.keys() if d1[k] != d2[k]}
+    assert {e["key"]["id"] for e in diff if e["column"] is not None} == changed
+    assert {e["key"]["id"] for e in diff if e["column"] is None and e["before"] is None} == d2.keys() - d1.keys()
+    assert {e["key"]["id"] for e in diff if e["column"] is None and e["after"] is None} == d1.keys() - d2.keys()
+
+
+def test_diff_entries_shape():
+    plan = StatePlan(EXACT)
+    a = _db(EXACT, {"items": [(1, "a", 1, 1.5, '{"k": 1}'), (2, "b", 2, 2.0, None)]})
+    b = _db(EXACT, {"items": [(1, "a", 5, 1.5, '{"k": 2}'), (3, "c", 0, None, None)]})
+    assert plan.diff(a, b) == [
+        {"table": "items", "key": {"id": 1}, "column": "qty", "before": 1, "after": 5},
+        {"table": "items", "key": {"id": 1}, "column": "meta", "before": {"k": 1}, "after": {"k": 2}},
+        {"table": "items", "key": {"id": 3}, "column": None, "before": None,
+         "after": {"id": 3, "label": "c", "qty": 0, "price": None, "meta": None}},
+        {"table": "items", "key": {"id": 2}, "column": None,
+         "before": {"id": 2, "label": "b", "qty": 2, "price": 2.0, "meta": None}, "after": None},
+    ]
+
+
+def test_json_written_by_toolkit_and_seed_builder_hashes_alike(tmp_path):
+    """json columns compare as stored text, so every writer must produce the same text."""
+    from envs.store import build_seed, load_seed_bytes, open_episode
+    from envs.spec import DomainSpec
+    from envs.toolkit import DB
+
+    spec = DomainSpec(id="j", name="j", tools=[], tables=EXACT)
+    value = {"z": "é", "a": [1, {"y": 2, "b": None}]}
+    a = open_episode(load_seed_bytes(build_seed(spec, {"items": [(1, "a", 1, 1.5, value)]}, tmp_path / "s.sqlite")))
+    b = open_episode(load_seed_bytes(build_seed(spec, {"items": []}, tmp_path / "t.sqlite")))
+    DB(b, spec).insert("items", {"id": 1, "label": "a", "qty": 1, "price": 1.5, "meta": value})
+    for c in (a, b):
+        register_functions(c)
+    plan = StatePlan(EXACT)
+    assert plan.state_hash(a) == plan.state_hash(b) and plan.diff(a, b) == []
+
+
+def test_column_policies():
+    plan = StatePlan(POLICY)
+    base = {"users": [("u1", "Ada@Example.com", 10.0, "2024-01-01")], "events": [("e1", "u1", "login")]}
+    same = {"users": [("u1", "  ada@example.COM ", 10.004, "2025-06-06")], "events": [("e9", "u1", "login")]}
+    a, b = _db(POLICY, base), _db(POLICY, same)
+    assert plan.state_hash(a) == plan.state_hash(b)
+    assert plan.diff(a, b) == []
+    changed = {"users": [("u1", "ada@other.com", 10.5, "x")], "events": [("e1", "u1", "logout")]}
+    c = _db(POLICY, changed)
+    assert plan.state_hash(a) != plan.state_hash(c)
+    diff = plan.diff(a, c)
+    cols = {(e["table"], e["column"]) for e in diff}
+    assert ("users", "email") in cols and ("users", "balance") in cols
+    assert ("users", "updated_at") not in cols
+    # events keyed by an ignored id: the change shows as a removed and an added row
+    ev = [e for e in diff if e["table"] == "events"]
+    assert len(ev) == 2 and {e["before"] is None for e in ev} == {True, False}
+
+
+def test_missing_table_is_a_state_not_a_crash():
+    plan = StatePlan(EXACT)
+    a = _db(EXACT, {"items": [(1, "a", 1, 1.5, None)]})
+    b = _db([], {})
+    assert plan.state_hash(a) != plan.state_hash(b)
+    assert plan.diff(a, b)[0]["table"] == "items"

@@ -1,0 +1,54 @@
+"""A real Prefect run of discover_flow on a real ingested corpus, and the discover / show domains CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from agentscaler.catalog import Catalog
+from agentscaler.cli import app
+from agentscaler.models import Tool
+from agentscaler.toolstore import load_tools, save_tools
+from agentscaler.workspace import Workspace
+from flows.discover import discover_flow
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def test_discover_flow_after_ingest_records_domains(prefect_harness, tmp_path):
+    from tasks.ingest import ingest
+
+    ws = Workspace(tmp_path / "ws")
+    ingest(ws, [str(DATA / "corpora" / d) for d in ("openai", "mcp", "tau2")])
+    tools = load_tools(ws.tools_path)
+    summary = discover_flow(str(ws.root))
+    records = json.loads(ws.domains_path.read_text())
+    assert summary["tools"] == len(tools) and summary["domains"] == len(records) >= 1
+    kept = [t for r in records for t in r["tools"]]
+    assert len(kept) == len(set(kept)) == summary["kept_tools"]
+    cat = Catalog(ws.catalog_path)
+    run = [r for r in cat.runs() if r["flow"] == "discover"][0]
+    assert run["status"] == "done" and cat.counts(summary["run_id"])["discover"]["domains"] == len(records)
+    assert {r["domain"] for r in records} == {d["domain"] for d in cat.domains(stage="discover", status="done")}
+
+
+def test_cli_discover_and_show_domains(prefect_harness, tmp_path):
+    rows = [r for r in json.loads((DATA / "labelled_tools.json").read_text()) if r["set"] == "core"]
+    ws = Workspace(tmp_path / "ws")
+    save_tools(ws.tools_path, [Tool.model_validate(r["tool"]).with_id() for r in rows])
+    runner = CliRunner()
+    res = runner.invoke(app, ["-w", str(ws.root), "show", "domains", "--json"])
+    assert res.exit_code == 1  # nothing discovered yet: a clear message, not a traceback
+    res = runner.invoke(app, ["-w", str(ws.root), "discover", "--method", "leiden", "--max-size", "15", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["tools"] == len(rows)
+    res = runner.invoke(app, ["-w", str(ws.root), "show", "domains", "--json"])
+    assert res.exit_code == 0
+    shown = json.loads(res.stdout)
+    assert shown and set(shown[0]) == {"domain", "tools"} and max(len(d["tools"]) for d in shown) <= 15
+    dropped = json.loads((ws.graph_dir / "report.json").read_text())["dropped"]
+    assert sum(len(d["tools"]) for d in shown) + dropped == len(rows)
+    bad = runner.invoke(app, ["-w", str(ws.root), "discover", "--method", "kmeans"])
+    assert bad.exit_code == 1 and "discover failed" in bad.output

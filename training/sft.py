@@ -1,0 +1,185 @@
+"""SFT entry point for one stage: TRL SFTTrainer with assistant-only loss.
+
+    python -m training.sft --config training/configs/stage1.yaml --workspace WS [--max-steps N]
+    accelerate launch --config_file training/accelerate/zero3.yaml -m training.sft --config ... --workspace WS
+
+Stage 2 uses `model: stage1`, i.e. it starts from `<ws>/models/stage1/final`. Checkpoints,
+`train.log` (written by tasks/train.py), `result.json` and the final model (`final/`) go to
+`<ws>/models/stage{n}/`. The run is always its own process (never inside Prefect's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from agentscaler.hashing import content_hash
+from agentscaler.workspace import atomic_write_json
+from training.chat_template import apply_template
+from training.config import StageConfig, load_config
+
+TRAIN_COLUMNS = ["messages", "tools"]
+
+
+def load_model_and_tokenizer(cfg: StageConfig, ws_root: Path) -> tuple[Any, Any, str]:
+    """(model, tokenizer, description of where the weights came from)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.gguf_convert import convert_smollm2, load_tokenizer
+    from training.tiny import build_tiny_model
+
+    if cfg.model == "tiny":
+        tok = load_tokenizer()
+        return build_tiny_model(tok, cfg.tiny), tok, f"tiny(seed={cfg.tiny.seed})"
+    if cfg.model == "smollm2-135m":
+        path = convert_smollm2()
+    elif cfg.model == "stage1":
+        path = ws_root / "models" / "stage1" / "final"
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"stage 2 starts from stage 1, but {path} has no model: train stage 1 first")
+    else:
+        path = Path(cfg.model)
+        if not path.is_absolute():
+            path = ws_root / path
+    tok = apply_template(AutoTokenizer.from_pretrained(str(path)))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32")
+    return model, tok, str(path)
+
+
+def load_datasets(cfg: StageConfig, ws_root: Path) -> tuple[Any, Any | None, dict[str, int]]:
+    """Train/eval splits from the export; rows over max_length are dropped (never truncated)."""
+    from datasets import load_from_disk
+
+    path = cfg.dataset_path(ws_root)
+    if not path.exists():
+        raise FileNotFoundError(f"no SFT dataset at {path}: run `agentscaler export --stage {cfg.stage}` first")
+    dd = load_from_disk(str(path))
+    counts: dict[str, int] = {}
+    out = {}
+    for split in ("train", "eval"):
+        if split not in dd:
+            continue
+        ds = dd[split]
+        keep = ds.filter(lambda n: n <= cfg.max_length, input_columns="n_tokens")
+        counts[f"{split}_rows"] = len(keep)
+        counts[f"{split}_too_long"] = len(ds) - len(keep)
+        counts[f"{split}_tokens"] = int(sum(keep["n_tokens"])) if len(keep) else 0
+        out[split] = keep.select_columns(TRAIN_COLUMNS)
+    if not out.get("train") or len(out["train"]) == 0:
+        raise ValueError(f"{path}: the train split is empty (nothing verified for stage {cfg.stage}?)")
+    ev = out.get("eval")
+    return out["train"], (ev if ev is not None and len(ev) else None), counts
+
+
+def weight_fingerprint(model: Any) -> str:
+    """Hash of the first few elements of every tensor: cheap check of which weights a run started from."""
+    import torch
+
+    with torch.no_grad():
+        parts = [p.detach().flatten()[:8].float().tolist() for p in model.parameters()]
+    return content_hash([[round(x, 6) for x in p] for p in parts])
+
+
+def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: bool) -> Any:
+    import torch
+    from trl import SFTConfig
+
+    bf16 = cfg.bf16 if cfg.bf16 != "auto" else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return SFTConfig(
+        output_dir=str(out_dir),
+        assistant_only_loss=True,
+        max_length=cfg.max_length,
+        packing=False,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        warmup_steps=cfg.warmup_ratio,
+        weight_decay=cfg.weight_decay,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=max_steps if max_steps is not None else cfg.max_steps,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        per_device_eval_batch_size=cfg.per_device_eval_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        activation_checkpointing=cfg.gradient_checkpointing,
+        max_grad_norm=cfg.max_grad_norm,
+        bf16=bf16,
+        logging_steps=cfg.logging_steps,
+        logging_first_step=True,
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        eval_strategy="steps" if (has_eval and cfg.eval_steps) else "no",
+        eval_steps=cfg.eval_steps,
+        seed=cfg.seed,
+        dataloader_num_workers=cfg.dataloader_num_workers,
+        report_to=[],
+        dataset_num_proc=None,
+    )
+
+
+def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[str, Any]:
+    """Train one stage and write `<out>/final/` and `<out>/result.json`; returns the result."""
+    from datasets.utils.logging import disable_progress_bar
+    from trl import SFTTrainer
+
+    disable_progress_bar()
+    ws_root = Path(ws_root).resolve()
+    out_dir = cfg.output_path(ws_root)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    train_ds, eval_ds, counts = load_datasets(cfg, ws_root)
+    model, tok, source = load_model_and_tokenizer(cfg, ws_root)
+    start_fp = weight_fingerprint(model)
+    trainer = SFTTrainer(model=model, args=sft_args(cfg, out_dir, max_steps, eval_ds is not None),
+                         train_dataset=train_ds, eval_dataset=eval_ds, processing_class=tok)
+    n_train_tokens = sum(len(x) for x in trainer.train_dataset["input_ids"])
+    n_loss_tokens = sum(sum(1 for t in x if t != -100) for x in trainer.train_dataset["labels"])
+    t0 = time.perf_counter()
+    out = trainer.train()
+    train_s = time.perf_counter() - t0
+    eval_metrics = trainer.evaluate() if eval_ds is not None else {}
+    final = out_dir / "final"
+    if trainer.is_world_process_zero():
+        trainer.save_model(str(final))  # ZeRO-3: gathers 16-bit weights (zero3_save_16bit_model)
+        tok.save_pretrained(str(final))
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    steps = trainer.state.global_step
+    seen_tokens = steps * cfg.gradient_accumulation_steps * cfg.per_device_train_batch_size * (
+        n_train_tokens / max(1, len(trainer.train_dataset))) * max(1, trainer.args.world_size)
+    result = {
+        "stage": cfg.stage, "model_source": source, "start_fingerprint": start_fp,
+        "end_fingerprint": weight_fingerprint(trainer.model), "global_step": steps,
+        "train_loss": out.training_loss, "losses": losses, "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "loss_finite": all(math.isfinite(x) for x in losses) and math.isfinite(out.training_loss),
+        "eval": eval_metrics, "train_seconds": train_s, "approx_tokens_seen": seen_tokens,
+        "tokens_per_second": seen_tokens / train_s if train_s > 0 else None,
+        "dataset": counts, "train_tokens": n_train_tokens, "loss_tokens": n_loss_tokens,
+        "output_dir": str(out_dir), "final_dir": str(final), "config": cfg.model_dump(),
+        "world_size": trainer.args.world_size,
+    }
+    if trainer.is_world_process_zero():
+        atomic_write_json(out_dir / "result.json", result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Two-stage SFT: train one stage.")
+    ap.add_argument("--config", required=True, help="stage YAML (training/configs/stage1.yaml)")
+    ap.add_argument("--workspace", default=os.environ.get("AGENTSCALER_WORKSPACE", "workspace"))
+    ap.add_argument("--max-steps", type=int, default=None, help="override the config's max_steps")
+    ap.add_argument("--model", default=None, help="override the config's model")
+    ap.add_argument("--output-dir", default=None, help="override the config's output_dir")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    cfg = load_config(args.config, model=args.model, output_dir=args.output_dir)
+    result = run(cfg, Path(args.workspace), max_steps=args.max_steps)
+    print("RESULT " + json.dumps({k: result[k] for k in ("stage", "global_step", "train_loss", "final_dir")}),
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
