@@ -173,7 +173,13 @@ def ingest(sources: list[str] = typer.Argument(..., help="Files, folders, or cor
 
         report = ingest_flow(str(ws.root), sources, fmt, strict, add_returns)
     else:
-        report = run_plain(ws, sources, fmt=fmt, strict=strict, add_returns=add_returns)
+        from tasks.ingest import IngestError
+
+        try:
+            report = run_plain(ws, sources, fmt=fmt, strict=strict, add_returns=add_returns)
+        except IngestError as exc:
+            console.print(str(exc), markup=False)
+            raise typer.Exit(1)
     for msg in report["errors"]:
         console.print("skipped " + msg, highlight=False, markup=False, soft_wrap=True)
     if report["errors_total"] > len(report["errors"]):
@@ -384,3 +390,203 @@ def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 st
         return
     console.print(f"stage {stage}: {result['global_step']} steps, loss {result['first_loss']} -> {result['last_loss']}, "
                   f"{result['tokens_per_second']:.0f} tok/s, model {result['final_dir']}")
+
+
+# --- rollout + verify (issue 7) -----------------------------------------------------------------
+
+@app.command("rollout")
+def rollout_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL(s), comma-separated, or 'local' (starts SmolLM2)."),
+                model: Optional[str] = typer.Option(None, "--model", help="Model name sent to the server (default smollm2-135m)."),
+                user: str = typer.Option("scripted", "--user", help="scripted | llm"),
+                trials: int = typer.Option(1, "--trials", help="Trials per scenario (k of pass^k)."),
+                max_scenarios: Optional[int] = typer.Option(None, "--max-scenarios", help="At most N scenarios (spread over domains)."),
+                split: str = typer.Option("train", "--split", help="train | heldout | all"),
+                run: Optional[str] = typer.Option(None, "--run", help="Run id (default: a hash of the settings; a re-run resumes)."),
+                concurrency: int = typer.Option(8, "--concurrency", help="Requests in flight per endpoint."),
+                max_turns: int = typer.Option(10, "--max-turns", help="User turns before the turn limit."),
+                temperature: Optional[float] = typer.Option(None, "--temperature", help="Agent temperature (default 0, or 0.7 with --trials > 1)."),
+                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Simulated user <-> agent <-> sandboxed tools; appends rollouts/<run>/trajectories.jsonl."""
+    import contextlib
+
+    from agentscaler.settings import Settings
+    from agentscaler.workspace import Workspace
+    from tasks.rollout import RolloutConfig, run_rollouts
+
+    if user not in ("scripted", "llm") or split not in ("train", "heldout", "all"):
+        console.print("--user is scripted|llm and --split is train|heldout|all", markup=False)
+        raise typer.Exit(2)
+    temp = temperature if temperature is not None else (0.7 if trials > 1 else 0.0)
+    cfg = RolloutConfig(user=user, max_turns=max_turns, temperature=temp, user_temperature=temp,
+                        unsafe=Settings.from_env().allow_unsafe_sandbox)
+    ws = Workspace(workspace_path())
+    with contextlib.ExitStack() as stack:
+        if llm == "local":
+            from agentscaler.llm_server import LLMServerError, local_server
+
+            try:
+                urls: Any = stack.enter_context(local_server(log_path=ws.root / "reports" / "llm-server.log"))
+            except LLMServerError as e:
+                console.print(f"[red]{e}[/red]")
+                raise typer.Exit(1)
+        else:
+            urls = [u.strip() for u in llm.split(",") if u.strip()]
+        out = run_rollouts(ws, urls, model=model or "smollm2-135m", trials=trials, split=split,
+                           max_scenarios=max_scenarios, cfg=cfg, run_id=run, concurrency=concurrency)
+    if as_json:
+        emit(out)
+        return
+    Console().print({k: v for k, v in out.items() if k not in ("llm", "errors")})
+    for e in out["errors"][:20]:
+        console.print(e, markup=False)
+    if out["planned"] and not out["written"] and not out["skipped_existing"]:
+        raise typer.Exit(1)
+
+
+@app.command("verify")
+def verify_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run)."),
+               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Verdicts for a run's trajectories: funnel, reason codes, attribution, pass^k (rollouts/<run>/verify.json)."""
+    from agentscaler.workspace import Workspace
+    from tasks.verify import verify_run
+
+    try:
+        rep = verify_run(Workspace(workspace_path()), run)
+    except FileNotFoundError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(1)
+    if as_json:
+        emit(rep)
+        return
+    Console().print({k: rep[k] for k in ("run_id", "trajectories", "passed", "pass_rate", "funnel", "reasons",
+                                         "attribution")})
+    Console().print({"pass^k": rep["pass^k"]["overall"], "by_gold_calls": rep["pass^k"]["by_gold_calls"]})
+
+
+# --- evaluation and reports (issue 10) ----------------------------------------------------------
+def _with_llm_urls(llm: str, ws: Any, fn: Any) -> Any:
+    """fn(urls) with --llm URL[,URL] or the local server started for the call (--llm local)."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        if llm == "local":
+            from agentscaler.llm_server import LLMServerError, local_server
+
+            try:
+                urls: Any = stack.enter_context(local_server(log_path=ws.root / "reports" / "llm-server.log"))
+            except LLMServerError as e:
+                console.print(f"[red]{e}[/red]")
+                raise typer.Exit(1)
+        else:
+            urls = [u.strip() for u in llm.split(",") if u.strip()]
+        return fn(urls)
+
+
+@app.command("evaluate")
+def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Model name sent to the endpoint."),
+                 llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL(s), comma-separated, or 'local'."),
+                 k: int = typer.Option(4, "--k", help="Trials per scenario (pass^1..pass^k)."),
+                 split: str = typer.Option("heldout", "--split", help="heldout | train | all"),
+                 max_scenarios: Optional[int] = typer.Option(None, "--max-scenarios", help="At most N scenarios."),
+                 tau2: bool = typer.Option(False, "--tau2", help="tau2's airline/retail tasks through envs/tau2, scored as tau2 does."),
+                 run: Optional[str] = typer.Option(None, "--run", help="Run id (default: a hash of the settings)."),
+                 concurrency: int = typer.Option(8, "--concurrency", help="Requests in flight per endpoint."),
+                 max_turns: int = typer.Option(10, "--max-turns", help="User turns before the turn limit."),
+                 user: str = typer.Option("scripted", "--user", help="Simulated user: scripted | llm."),
+                 agreement_sample: int = typer.Option(5, "--agreement-sample", help="With --tau2: trajectories (and gold variants) per domain re-scored by tau2's own evaluator."),
+                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Held-out evaluation: pass^k per domain, accuracy by gold calls, attribution (reports/eval-<run>.json)."""
+    from agentscaler.settings import Settings
+    from agentscaler.workspace import Workspace
+    from tasks.evaluate import evaluate, eval_path
+    from tasks.rollout import RolloutConfig
+
+    if split not in ("train", "heldout", "all") or k < 1 or user not in ("scripted", "llm"):
+        console.print("--split is train|heldout|all, --user scripted|llm and --k >= 1", markup=False)
+        raise typer.Exit(2)
+    ws = Workspace(workspace_path())
+    temp = 0.7 if k > 1 else 0.0  # k trials at temperature 0 would be k copies of one sample
+    cfg = RolloutConfig(user=user, max_turns=max_turns, temperature=temp, user_temperature=temp,
+                        unsafe=Settings.from_env().allow_unsafe_sandbox)
+    rep = _with_llm_urls(llm, ws, lambda urls: evaluate(
+        ws, urls, model=model or "smollm2-135m", k=k, split=split, max_scenarios=max_scenarios, tau2=tau2,
+        run_id=run, cfg=cfg, concurrency=concurrency, agreement_sample=agreement_sample))
+    if as_json:
+        emit(rep)
+        return
+    Console().print({"run_id": rep["run_id"], "trajectories": rep["trajectories"], "accuracy": rep["accuracy"],
+                     "pass^k": rep["pass^k"]["overall"]["pass^k"], "attribution": rep["attribution"],
+                     "tau2_agreement": (rep.get("tau2_agreement") or {}).get("agreement_rate"),
+                     "report": str(eval_path(ws, rep["run_id"]))})
+    if rep["trajectories"] == 0:
+        raise typer.Exit(1)
+
+
+@app.command("bfcl")
+def bfcl_cmd(category: str = typer.Option("simple", "--category", help="simple | multiple | parallel | parallel_multiple | live_simple | live_multiple | live_parallel | live_parallel_multiple | irrelevance | live_irrelevance | live_relevance"),
+             llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL, or 'local'."),
+             model: Optional[str] = typer.Option(None, "--model", help="Model name sent to the endpoint."),
+             limit: Optional[int] = typer.Option(None, "--limit", help="First N items only."),
+             tool_choice: str = typer.Option("auto", "--tool-choice", help="auto (BFCL's setting) | required (force one call)."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """BFCL single-turn function calling, scored with BFCL's AST matcher (reports/bfcl-<category>-<model>-<tool choice>.json)."""
+    import asyncio
+
+    from agentscaler.llm import LLMClient
+    from agentscaler.workspace import Workspace, atomic_write_json
+    from tasks.bfcl import run_bfcl_async
+
+    ws = Workspace(workspace_path())
+    name = model or "smollm2-135m"
+
+    async def go_async(urls: Any) -> Any:
+        async with LLMClient(urls, model=name, timeout=120, cache_path=ws.cache_dir / "llm.sqlite") as client:
+            return await run_bfcl_async(client, category, limit=limit,
+                                        tool_choice=None if tool_choice == "auto" else tool_choice)
+
+    def go(urls: Any) -> Any:
+        return asyncio.run(go_async(urls))
+
+    try:
+        rep = _with_llm_urls(llm, ws, go)
+    except ValueError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(2)
+    path = ws.reports_dir / f"bfcl-{rep['category']}-{name.replace('/', '_')}-{tool_choice}.json"
+    atomic_write_json(path, rep)
+    if as_json:
+        emit({k: v for k, v in rep.items() if k != "results"} | {"report": str(path)})
+        return
+    Console().print({k: rep[k] for k in ("category", "model", "items", "correct", "accuracy", "errors", "wall_s")}
+                    | {"report": str(path)})
+
+
+@app.command("report")
+def report_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (default: the whole workspace)."),
+               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Markdown + HTML report with plots: reports/<run>/report.md|.html + PNGs."""
+    from agentscaler.workspace import Workspace
+    from tasks.report import write_report
+
+    out = write_report(Workspace(workspace_path()), run)
+    if as_json:
+        emit(out)
+        return
+    Console().print({k: out[k] for k in ("markdown", "html", "funnel", "has_eval")})
+
+
+@app.command("contamination")
+def contamination_cmd(intent_threshold: float = typer.Option(0.92, "--intent-threshold", help="Cosine of intent embeddings."),
+                      calls_threshold: float = typer.Option(0.8, "--calls-threshold", help="Jaccard of gold-call atoms."),
+                      embedding: str = typer.Option("fast", "--embedding", help="fast | minilm"),
+                      as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Flag scenarios that nearly duplicate tau2 / BFCL test items (reports/contamination.json; export drops them)."""
+    from agentscaler.workspace import Workspace
+    from tasks.contamination import check_contamination
+
+    rep = check_contamination(Workspace(workspace_path()), embedding=embedding, intent_threshold=intent_threshold,
+                              calls_threshold=calls_threshold)
+    if as_json:
+        emit(rep)
+        return
+    Console().print({k: v for k, v in rep.items() if k != "flags"})

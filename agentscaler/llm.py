@@ -251,6 +251,9 @@ class _Cache:
             self._db.close()
 
 
+_POOL_CONNECTIONS = 8  # connections per httpx pool (see LLMClient._bind_loop)
+
+
 # --- client -------------------------------------------------------------------------------------
 
 class _StageStats:
@@ -297,6 +300,8 @@ class LLMClient:
         self._rr = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._http: httpx.AsyncClient | None = None
+        self._shards: list[httpx.AsyncClient] = []
+        self._shard_busy: list[int] = []
         self._cond: asyncio.Condition | None = None
 
     # one httpx client and condition per event loop, so repeated asyncio.run() calls work
@@ -304,9 +309,16 @@ class LLMClient:
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._http is None or self._cond is None:
             self._loop = loop
+            # Several small connection pools: httpcore scans every connection of a pool on each
+            # request event, so one pool of 64+ connections costs O(n^2) CPU (profiled in bench_rollout).
             total = self.concurrency * len(self.endpoints)
-            limits = httpx.Limits(max_connections=total, max_keepalive_connections=total)
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), limits=limits, headers=self._headers)
+            n = max(1, -(-total // _POOL_CONNECTIONS))
+            per = -(-total // n)
+            limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
+            self._shards = [httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), limits=limits, headers=self._headers)
+                            for _ in range(n)]
+            self._shard_busy = [0] * n
+            self._http = self._shards[0]
             self._cond = asyncio.Condition()
         return self._http, self._cond
 
@@ -432,6 +444,9 @@ class LLMClient:
     async def _post_once(self, body: dict[str, Any]) -> tuple[dict[str, Any], float, str]:
         http, cond = self._bind_loop()
         endpoint = await self._acquire(cond)
+        shard = min(range(len(self._shards)), key=self._shard_busy.__getitem__)  # always has a free connection
+        http = self._shards[shard]
+        self._shard_busy[shard] += 1
         url = f"{endpoint}/chat/completions"
         down = False
         t0 = time.perf_counter()
@@ -447,6 +462,7 @@ class LLMClient:
             down = True
             raise LLMTransportError(f"{type(e).__name__} talking to {url}: {e}") from None
         finally:
+            self._shard_busy[shard] -= 1
             await self._release(cond, endpoint, down)
         latency = time.perf_counter() - t0
         if resp.status_code >= 400:
@@ -466,11 +482,13 @@ class LLMClient:
 
     async def aclose(self) -> None:
         if self._http is not None:
-            try:
-                await self._http.aclose()
-            except RuntimeError:  # created on another, already closed loop
-                pass
+            for h in self._shards:
+                try:
+                    await h.aclose()
+                except RuntimeError:  # created on another, already closed loop
+                    pass
             self._http = None
+            self._shards = []
         if self._cache is not None:
             self._cache.close()
             self._cache = None

@@ -15,6 +15,8 @@ def configure_prefect_env() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # The ephemeral server needs ~19 s to start on 2 busy cores; Prefect's default limit is 20 s.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 
 class Settings(BaseModel):

@@ -189,7 +189,12 @@ def main() -> None:
     t1 = time.perf_counter()
     for did, d, spec in sample:
         t0 = time.perf_counter()
-        v = validate_environment(d, spec, unsafe=args.unsafe)
+        try:
+            v = validate_environment(d, spec, unsafe=args.unsafe)
+        except Exception as exc:  # noqa: BLE001 - no sandbox: counted, not a tool failure
+            fails["sandbox_unavailable"] += 1
+            errors.append(f"{did}: {exc}"[:300])
+            continue
         val_t.append(time.perf_counter() - t0)
         src = re.sub(r"-\d+$", "", did) if args.real else "synthetic"
         s = per_source.setdefault(src, Counter())

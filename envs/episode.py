@@ -75,7 +75,10 @@ class Environment:
         """Start the sandboxed worker for domain_dir. Raises SandboxError when isolation is missing
         (unless unsafe) or, with check_code, when tools.py fails to load."""
         domain_dir = Path(domain_dir)
-        spec = DomainSpec.load(domain_dir)
+        try:
+            spec = DomainSpec.load(domain_dir)
+        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            raise SandboxError(f"{domain_dir}: cannot read spec.json: {exc}") from None
         worker = WorkerProcess(domain_dir, unsafe=unsafe, time_limit=time_limit, memory_mb=memory_mb,
                                max_reply=max_reply)
         worker.start()
@@ -167,6 +170,8 @@ class Environment:
         kind = self._kinds[name]
         try:
             reply, _ = self.worker.request({"op": "call", "name": name, "args": args, "kind": kind})
+        except (TypeError, ValueError) as exc:  # raised while encoding, before anything was sent
+            return ToolResult(False, None, f"arguments of {name} are not JSON-serializable: {exc}")
         except WorkerCrashed as exc:
             self._recover()
             return ToolResult(False, None, f"tool {name} {exc}; the sandbox was restarted")
@@ -209,6 +214,8 @@ class Environment:
                 reply, _ = self.worker.request(
                     {"op": "batch", "calls": [[n, a, self._kinds[n]] for _, n, a in send]},
                     timeout=self.worker.time_limit * len(send) + self.worker.grace)
+                if not isinstance(reply.get("results"), list) or len(reply["results"]) != len(send):
+                    raise ValueError("batch reply does not match the request")
                 for (i, n, a), r in zip(send, reply["results"]):
                     if r.get("ok") is True:
                         if self._kinds[n] == "write":
@@ -221,7 +228,8 @@ class Environment:
                 self._recover()
                 for i, n, a in send:
                     results[i] = self.call(n, a)
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, AttributeError):
+                # unencodable arguments, or a reply that is not a batch reply: one by one instead
                 self.worker.kill()
                 self._recover()
                 for i, n, a in send:

@@ -5,11 +5,13 @@ Layers (reported as `WorkerProcess.isolation`, a dict of layer -> bool):
   uid        - the worker runs as uid 65534 in its own user namespace (bwrap --unshare-user)
   network    - no network: own network namespace (bwrap --unshare-net) and socket() denied
   filesystem - only the interpreter, the envs package and the domain's tools/spec/seed, read-only;
-               writable scratch is a tmpfs; /etc, /work, /root... are not there
+               writable scratch is a tmpfs; /etc, /work, /root... are not there (bwrap's mount
+               namespace, or Landlock over private copies where bwrap is unusable)
   pid        - own pid namespace: the parent and other processes are invisible
   seccomp    - socket/connect/exec/fork/clone/kill/ptrace/mount... fail with EPERM
   rlimits    - RLIMIT_AS, NOFILE, NPROC, FSIZE, CPU, CORE
-  landlock   - not used (bwrap's mount namespace already confines the filesystem)
+  landlock   - where the kernel has it: reads only of the interpreter, the envs package and the
+               domain copy, writes only to scratch, no TCP, signals scoped (also without bwrap)
 Without uid/network/filesystem/seccomp/rlimits the runtime refuses to start unless `unsafe=True`
 or AGENTSCALER_UNSAFE_SANDBOX=1.
 """
@@ -88,14 +90,16 @@ def _root_binds() -> list[str]:
     return args
 
 
-DEFAULT_LIMITS = {"as": 1 << 30, "nofile": 64, "nproc": 64, "fsize": 16 << 20, "cpu": 3600, "core": 0}
+# RLIMIT_CPU is a lifetime backstop only (calls are policed by the per-call deadline): a day.
+DEFAULT_LIMITS = {"as": 1 << 30, "nofile": 64, "nproc": 64, "fsize": 16 << 20, "cpu": 86400, "core": 0}
 
 
 class WorkerProcess:
     """One sandboxed worker for one domain directory. Not thread-safe: one call at a time."""
 
     def __init__(self, domain_dir: Path, *, unsafe: bool = False, time_limit: float = 2.0,
-                 max_reply: int = 4 << 20, memory_mb: int = 1024, use_bwrap: bool | None = None):
+                 max_reply: int = 4 << 20, memory_mb: int = 1024, use_bwrap: bool | None = None,
+                 landlock: bool = True):
         self.domain_dir = Path(domain_dir).resolve()
         self.unsafe = unsafe or unsafe_from_env()
         self.time_limit = time_limit
@@ -103,12 +107,14 @@ class WorkerProcess:
         self.max_reply = max_reply
         self.limits = dict(DEFAULT_LIMITS, **{"as": memory_mb << 20})
         self.use_bwrap = bwrap_works() if use_bwrap is None else use_bwrap
+        self.landlock = landlock
         self.proc: subprocess.Popen | None = None
         self.isolation: dict[str, bool] = {}
         self.load_error: str | None = None
         self.missing: list[str] = []
         self.restarts = 0
         self._rfd = self._wfd = -1
+        self._seq = 0
         self._poll = None
         self._scratch: str | None = None
         self._log: Any = None
@@ -117,20 +123,30 @@ class WorkerProcess:
     def _command(self, rfd: int, wfd: int, scratch: str) -> list[str]:
         seccomp_py = _pyseccomp_path()
         exe = str(Path(sys.executable).resolve())
+        spec = json.loads((self.domain_dir / "spec.json").read_text("utf-8"))
         if self.use_bwrap:
             lib, dom, scr = "/sandbox/lib", "/sandbox/domain", "/scratch"
         else:
-            lib, dom, scr = str(Path(scratch) / "lib"), str(self.domain_dir), scratch
+            # No mount namespace: the worker gets copies of what it needs (Landlock then limits
+            # reads to them and the interpreter; the domain's other files stay out of reach).
+            lib, dom, scr = str(Path(scratch) / "lib"), str(Path(scratch) / "domain"), scratch
             os.makedirs(lib, exist_ok=True)
+            os.makedirs(dom, exist_ok=True)
             if seccomp_py:
                 shutil.copy(seccomp_py, Path(lib) / "pyseccomp.py")
             shutil.copytree(REPO / "envs", Path(lib) / "envs", dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__", "tau2"))
+            shutil.copy(self.domain_dir / "spec.json", Path(dom) / "spec.json")
+            for key, default in (("code_path", "tools.py"), ("seed_path", "seed.sqlite")):
+                rel = spec.get(key, default)
+                (Path(dom) / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(self.domain_dir / rel, Path(dom) / rel)
         boot = f"import sys; sys.path[:0] = [{lib!r}]; from envs.worker import main; main()"
-        spec = json.loads((self.domain_dir / "spec.json").read_text("utf-8"))
         worker = [exe, "-I", "-S", "-B", "-c", boot, "--rfd", str(rfd), "--wfd", str(wfd), "--domain", dom,
                   "--scratch", scr, "--time-limit", repr(self.time_limit), "--max-reply", str(self.max_reply),
-                  "--limits", json.dumps(self.limits), "--seccomp", "1" if seccomp_py else "0"]
+                  "--limits", json.dumps(self.limits), "--seccomp", "1" if seccomp_py else "0",
+                  "--landlock", "1" if self.landlock else "0", "--lib", lib,
+                  "--tmp", "1" if self.use_bwrap else "0"]
         if not self.use_bwrap:
             return worker
         d = self.domain_dir
@@ -151,6 +167,13 @@ class WorkerProcess:
 
     def start(self) -> dict[str, bool]:
         self.stop()
+        try:
+            spec = json.loads((self.domain_dir / "spec.json").read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"{self.domain_dir}: cannot read spec.json: {exc}") from None
+        for key, default in (("code_path", "tools.py"), ("seed_path", "seed.sqlite")):
+            if not (self.domain_dir / spec.get(key, default)).is_file():
+                raise SandboxError(f"{self.domain_dir}: {spec.get(key, default)} is missing")
         self._scratch = tempfile.mkdtemp(prefix="agentscaler-worker-")
         req_r, req_w = os.pipe()  # parent -> worker
         rep_r, rep_w = os.pipe()  # worker -> parent
@@ -175,11 +198,11 @@ class WorkerProcess:
         self.isolation = {
             "uid": bool(self.use_bwrap and probe.get("uid") == 65534) or (os.getuid() != 0 and probe.get("uid") != os.getuid()),
             "network": bool(self.use_bwrap) or bool(probe.get("socket_blocked")),
-            "filesystem": bool(self.use_bwrap and probe.get("fs_hidden")),
+            "filesystem": bool(probe.get("fs_hidden")) and bool(self.use_bwrap or probe.get("landlock")),
             "pid": bool(self.use_bwrap),
             "seccomp": bool(probe.get("seccomp")) and bool(probe.get("socket_blocked")) and bool(probe.get("fork_blocked")),
             "rlimits": bool(probe.get("rlimits")),
-            "landlock": False,
+            "landlock": bool(probe.get("landlock")),
         }
         self.load_error = hello.get("load_error")
         self.missing = list(hello.get("missing", []))
@@ -237,7 +260,7 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     # transport ----------------------------------------------------------------------------------
-    def _recv(self, deadline: float) -> tuple[dict[str, Any], bytes]:
+    def _recv(self, deadline: float, rid: int | None = None) -> tuple[dict[str, Any], bytes]:
         # Strict request/response: whatever is in the pipe belongs to this reply, so read big chunks
         # (one poll + one read for a normal reply).
         rfd, poll = self._rfd, self._poll
@@ -270,12 +293,19 @@ class WorkerProcess:
                 raise WorkerCrashed("malformed reply") from None
             if not isinstance(obj, dict):
                 raise WorkerCrashed("malformed reply")
+            if rid is not None and obj.get("id") != rid:
+                raise WorkerCrashed("broke the worker protocol (a reply out of sequence) and was stopped")
+            if len(buf) > need or poll.poll(0):
+                # More than one reply to one request: tool code wrote to the pipe itself.
+                raise WorkerCrashed("broke the worker protocol (wrote to its reply pipe) and was stopped")
             return obj, bytes(buf[end:need]) if header[1] else b""
 
     def request(self, obj: dict[str, Any], payload: bytes = b"", timeout: float | None = None) -> tuple[dict, bytes]:
         """One round trip. Raises WorkerCrashed (after killing the worker) on hang/crash/garbage."""
         if self.proc is None:
             raise WorkerCrashed("not running")
+        self._seq += 1
+        obj["id"] = rid = self._seq
         body = _dumps(obj).encode("utf-8", "surrogatepass")
         data = HEADER.pack(len(body), len(payload)) + body + payload
         deadline = time.monotonic() + (self.time_limit + self.grace if timeout is None else timeout)
@@ -284,7 +314,7 @@ class WorkerProcess:
             while view:
                 n = os.write(self._wfd, view)
                 view = view[n:]
-            return self._recv(deadline)
+            return self._recv(deadline, rid)
         except WorkerCrashed as exc:
             msg = self._explain(str(exc))
             self.kill()
@@ -305,6 +335,8 @@ class WorkerProcess:
                 except subprocess.TimeoutExpired:
                     pass
             return "crashed (the sandbox worker exited" + (f" with status {rc})" if rc is not None else ")")
+        if reason == "malformed reply":
+            return "broke the worker protocol (malformed reply) and was stopped"
         return reason
 
     def close(self) -> None:

@@ -44,25 +44,46 @@ class TablePlan:
         pk_policies = {c.name: c.policy for c in table.columns}
         self.pk_exact = bool(self.pk) and all(pk_policies.get(k) == "exact" for k in self.pk)
         self.norm = [self._expr(c) for c in self.cols]
-        row = " || ',' || ".join(f"quote({e})" for e in self.norm) or "''"
+        self.sql = {enc: self._compile(table, enc) for enc in ("json", "quote")}
+        self.sql_detail = self.sql["quote"]["detail"]
+
+    def _compile(self, table: Any, enc: str) -> dict[str, str]:
+        """Row text: json_array(...) (fast, type-exact) or, for tables holding BLOBs, quote() joins."""
+        def join(exprs: list[str]) -> str:
+            if enc == "json":
+                return f"json_array({', '.join(exprs)})"
+            return " || ',' || ".join(f"quote({e})" for e in exprs) or "''"
+
+        row = join(self.norm)
         t = _q(self.name)
         raw = ", ".join(_q(c.name) for c in self.cols) or "NULL"
         norms = ", ".join(f"quote({e})" for e in self.norm) or "NULL"
+        out: dict[str, str] = {}
         if self.pk_exact:
             order = ", ".join(_q(k) for k in self.pk)
             pkraw = ", ".join(_q(k) for k in self.pk)
-            self.key_expr = " || ',' || ".join(f"quote({_q(k)})" for k in self.pk)
-            self.sql_digest = (f"SELECT count(*), group_concat(r, char(10)) FROM "
-                               f"(SELECT {row} AS r FROM {t} ORDER BY {order})")
-            self.sql_keyed = f"SELECT {self.key_expr}, {row}, {pkraw} FROM {t}"
+            key = join([_q(k) for k in self.pk])
+            out["digest"] = f"SELECT count(*), group_concat(r, char(10)) FROM (SELECT {row} AS r FROM {t} ORDER BY {order})"
+            out["keyed"] = f"SELECT {key}, {row}, {pkraw} FROM {t}"
             where = " AND ".join(f"{_q(k)} IS ?" for k in self.pk)
-            self.sql_detail = f"SELECT {norms}, {raw} FROM {t} WHERE {where}"
+            out["detail"] = f"SELECT {norms}, {raw} FROM {t} WHERE {where}"
         else:
-            self.key_expr = row
-            self.sql_digest = (f"SELECT count(*), group_concat(r, char(10)) FROM "
-                               f"(SELECT {row} AS r FROM {t} ORDER BY r)")
-            self.sql_keyed = f"SELECT {row}, {row} FROM {t}"
-            self.sql_detail = f"SELECT {row}, {norms}, {raw} FROM {t}"
+            out["digest"] = f"SELECT count(*), group_concat(r, char(10)) FROM (SELECT {row} AS r FROM {t} ORDER BY r)"
+            out["keyed"] = f"SELECT {row}, {row} FROM {t}"
+            out["detail"] = f"SELECT {row}, {norms}, {raw} FROM {t}"
+        return out
+
+    def _run(self, conn: sqlite3.Connection, what: str, params: tuple = (), enc: str | None = None
+             ) -> tuple[str, Any]:
+        """(encoding, all rows); errors surface while stepping, so rows are fetched here."""
+        if enc is not None:
+            return enc, conn.execute(self.sql[enc][what], params).fetchall()
+        try:
+            return "json", conn.execute(self.sql["json"][what], params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "BLOB" not in str(exc):
+                raise
+            return "quote", conn.execute(self.sql["quote"][what], params).fetchall()
 
     @staticmethod
     def _expr(c: Any) -> str:
@@ -76,17 +97,19 @@ class TablePlan:
 
     def digest(self, conn: sqlite3.Connection) -> str:
         try:
-            n, text = conn.execute(self.sql_digest).fetchone()
+            enc, rows = self._run(conn, "digest")
+            n, text = rows[0]
         except sqlite3.OperationalError as exc:  # table dropped / column missing: a state of its own
             return "error:" + str(exc)
         cols = ",".join(c.name for c in self.cols)
-        return hashlib.sha256(f"{self.name}|{cols}|{n}\n{text or ''}".encode("utf-8", "surrogatepass")).hexdigest()
+        return hashlib.sha256(f"{self.name}|{cols}|{n}|{enc}\n{text or ''}".encode("utf-8", "surrogatepass")).hexdigest()
 
-    def keyed(self, conn: sqlite3.Connection) -> dict[str, tuple]:
-        """key text -> (canonical row text, raw primary key values)."""
+    def keyed(self, conn: sqlite3.Connection, enc: str | None = None) -> tuple[str, dict[str, tuple]]:
+        """(encoding, {key text: (canonical row text, raw primary key values)})."""
+        enc, cur = self._run(conn, "keyed", enc=enc)
         if self.pk_exact:
-            return {r[0]: (r[1], r[2:]) for r in conn.execute(self.sql_keyed)}
-        return {r[0]: (r[1], None) for r in conn.execute(self.sql_keyed)}
+            return enc, {r[0]: (r[1], r[2:]) for r in cur}
+        return enc, {r[0]: (r[1], None) for r in cur}
 
     def decode(self, col: str, v: Any) -> Any:
         if col in self.json_cols and isinstance(v, str):
@@ -96,7 +119,8 @@ class TablePlan:
                 return v
         return v
 
-    def _detail(self, conn: sqlite3.Connection, keys: list[str], rows: dict[str, tuple]) -> dict[str, tuple]:
+    def _detail(self, conn: sqlite3.Connection, keys: list[str], rows: dict[str, tuple], enc: str
+                ) -> dict[str, tuple]:
         """key -> (pk dict, normalized column values, raw column values) for the given keys."""
         nc = max(len(self.cols), 1)
         out = {}
@@ -107,22 +131,25 @@ class TablePlan:
                 out[k] = (dict(zip(self.pk, pkvals)), r[:nc], r[nc:])
             return out
         want = set(keys)
-        for r in conn.execute(self.sql_detail):
+        _, cur = self._run(conn, "detail", enc=enc)
+        for r in cur:
             if r[0] in want:
                 out[r[0]] = ({"row": r[0]}, r[1:1 + nc], r[1 + nc:])
         return out
 
     def diff(self, before: sqlite3.Connection, after: sqlite3.Connection,
-             a: dict[str, tuple] | None = None) -> list[dict[str, Any]]:
-        a = self.keyed(before) if a is None else a
-        b = self.keyed(after)
+             a_keyed: tuple[str, dict[str, tuple]] | None = None) -> list[dict[str, Any]]:
+        enc_a, a = self.keyed(before) if a_keyed is None else a_keyed
+        enc, b = self.keyed(after)
+        if enc != enc_a:  # a BLOB on one side only: compare both in the quote() encoding
+            (enc_a, a), (enc, b) = self.keyed(before, "quote"), self.keyed(after, "quote")
         changed = [k for k, v in b.items() if k in a and a[k][0] != v[0]]
         added = [k for k in b if k not in a]
         removed = [k for k in a if k not in b]
         if not (changed or added or removed):
             return []
-        da = self._detail(before, changed + removed, a)
-        db = self._detail(after, changed + added, b)
+        da = self._detail(before, changed + removed, a, enc)
+        db = self._detail(after, changed + added, b, enc)
         out: list[dict[str, Any]] = []
         names = [c.name for c in self.cols]
         for k in sorted(changed):

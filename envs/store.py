@@ -149,7 +149,12 @@ def render_models_py(spec: "DomainSpec") -> str:
 # Episode side (stdlib only) ---------------------------------------------------------------------
 def load_seed_bytes(path: Path) -> bytes:
     """The seed database image, read without ever writing to the file (immutable, read-only)."""
-    src = sqlite3.connect(f"file:{Path(path)}?mode=ro&immutable=1", uri=True)
+    from urllib.parse import quote
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"seed database {path} does not exist")
+    src = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1", uri=True)
     try:
         src.execute("SELECT count(*) FROM sqlite_master").fetchone()
         data = bytearray(src.serialize())

@@ -100,6 +100,59 @@ def install_seccomp() -> bool:
     return True
 
 
+def install_landlock(read_paths: list[str], write_paths: list[str]) -> bool:
+    """Landlock (where the kernel has it): reads only under read_paths, writes only under
+    write_paths; TCP bind/connect denied (ABI 4+); signals and abstract unix sockets scoped to
+    the worker (ABI 6+). Returns False when the kernel lacks Landlock."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, VERSION)
+    if abi < 1:
+        return False
+
+    class Ruleset(ctypes.Structure):
+        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
+
+    handled = (1 << 13) - 1  # EXECUTE .. MAKE_SYM
+    for bit, since in ((13, 2), (14, 3), (15, 5)):  # REFER, TRUNCATE, IOCTL_DEV
+        if abi >= since:
+            handled |= 1 << bit
+    read = 1 | 4 | 8  # EXECUTE, READ_FILE, READ_DIR
+    file_only = 1 | 2 | 4 | (1 << 14) | (1 << 15)
+    attr = Ruleset(handled, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    rfd = libc.syscall(444, ctypes.byref(attr), size, 0)
+    if rfd < 0:
+        return False
+    try:
+        for paths, access in ((read_paths, read), (write_paths, handled)):
+            for p in paths:
+                try:
+                    fd = os.open(p, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    allowed = access & handled
+                    if not os.path.isdir(p):
+                        allowed &= file_only
+                    rule = PathBeneath(allowed, fd)
+                    if libc.syscall(445, rfd, 1, ctypes.byref(rule), 0) < 0:
+                        return False
+                finally:
+                    os.close(fd)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            return False
+        return libc.syscall(446, rfd, 0) == 0  # landlock_restrict_self
+    finally:
+        os.close(rfd)
+
+
 def probe(scratch: str) -> dict[str, bool]:
     """What confinement this process actually sees (reported to the parent at start-up)."""
     import socket
@@ -223,10 +276,11 @@ class Worker:
         try:
             body = _dumps(obj).encode("utf-8", "surrogatepass")
         except (TypeError, ValueError, RecursionError, OverflowError) as exc:
-            body = _dumps({"ok": False, "error": f"{fallback} returned a value that is not JSON: {exc}"}).encode()
+            body = _dumps({"ok": False, "id": obj.get("id"),
+                           "error": f"{fallback} returned a value that is not JSON: {exc}"}).encode()
         if len(body) > self.max_reply:
-            body = _dumps({"ok": False, "error": f"tool output too large ({len(body)} bytes > {self.max_reply})"}
-                          ).encode()
+            body = _dumps({"ok": False, "id": obj.get("id"),
+                           "error": f"tool output too large ({len(body)} bytes > {self.max_reply})"}).encode()
         data = HEADER.pack(len(body), len(payload)) + body + payload
         view = memoryview(data)
         while view:
@@ -249,31 +303,17 @@ class Worker:
             conn.rollback()
         conn.execute("BEGIN")
         guard.enter_tool()
-        signal.setitimer(signal.ITIMER_REAL, self.time_limit)
         err = None
         try:
-            out = fn(self.db, **args)
-        except ToolError as exc:
-            err = str(exc) or "tool error"
-        except _SoftTimeout:
-            err = f"tool {name} exceeded its time limit of {self.time_limit:g} s"
-        except RecursionError:
-            err = f"tool {name} failed: recursion too deep"
-        except MemoryError:
-            err = f"tool {name} failed: out of memory"
-        except sqlite3.OperationalError as exc:
-            if "interrupted" in str(exc):
-                err = f"tool {name} exceeded its time limit of {self.time_limit:g} s (database query interrupted)"
-            else:
-                err = f"tool {name} failed: database error: {exc}"
-        except sqlite3.Error as exc:
-            err = f"tool {name} failed: database error: {exc}"
-        except TypeError as exc:
-            err = f"tool {name} failed: TypeError: {exc}"
+            try:
+                signal.setitimer(signal.ITIMER_REAL, self.time_limit)
+                out = fn(self.db, **args)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)  # a late alarm lands in the handler below
         except BaseException as exc:  # noqa: BLE001 - SystemExit & co. are tool errors too
-            err = f"tool {name} failed: {type(exc).__name__}: {exc}"
+            err = self._describe(name, exc)
+            exc = None  # frees the tool's frames (and memory) now, with the timer off
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
             guard.exit_tool()
             self._signal_hygiene()
         try:
@@ -287,12 +327,29 @@ class Worker:
             err = f"tool {name} failed: could not commit: {exc}"
         if err is not None:
             return {"ok": False, "error": err}
+        if isinstance(out, str) and len(out) > self.max_reply:  # the common case, caught before encoding
+            return {"ok": False, "error": f"tool output too large ({len(out)} characters > {self.max_reply} bytes)"}
         if check_json:
             try:
                 _dumps(out)
             except (TypeError, ValueError, RecursionError, OverflowError) as exc:
                 return {"ok": False, "error": f"tool {name} returned a value that is not JSON: {exc}"}
         return {"ok": True, "content": out}
+
+    def _describe(self, name: str, exc: BaseException) -> str:
+        if isinstance(exc, ToolError):
+            return str(exc) or "tool error"
+        if isinstance(exc, _SoftTimeout):
+            return f"tool {name} exceeded its time limit of {self.time_limit:g} s"
+        if isinstance(exc, RecursionError):
+            return f"tool {name} failed: recursion too deep"
+        if isinstance(exc, MemoryError):
+            return f"tool {name} failed: out of memory"
+        if isinstance(exc, sqlite3.OperationalError) and "interrupted" in str(exc):
+            return f"tool {name} exceeded its time limit of {self.time_limit:g} s (database query interrupted)"
+        if isinstance(exc, sqlite3.Error):
+            return f"tool {name} failed: database error: {exc}"
+        return f"tool {name} failed: {type(exc).__name__}: {exc}"
 
     def _signal_hygiene(self) -> None:
         """Undo timer tricks of tool code so they cannot hit a later call (other signals cannot
@@ -355,14 +412,18 @@ class Worker:
             if got is None:
                 return
             body, payload = got
-            fallback = "reply"
+            fallback, rid = "reply", None
             try:
                 req = json.loads(body)
+                rid = req.get("id")
                 if req.get("op") == "call":
                     fallback = f"tool {req.get('name')}"
                 reply, out = self.handle(req, payload)
+            except MemoryError:
+                reply, out = {"ok": False, "error": f"{fallback} failed: out of memory"}, b""
             except BaseException as exc:  # noqa: BLE001 - a bad request never kills the worker
-                reply, out = {"ok": False, "error": f"worker error: {type(exc).__name__}: {exc}"}, b""
+                reply, out = {"ok": False, "error": f"{fallback} failed: worker error: {type(exc).__name__}: {exc}"}, b""
+            reply["id"] = rid
             self.send(reply, out, fallback)
 
 
@@ -378,16 +439,35 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-reply", type=int, default=4 << 20)
     ap.add_argument("--limits", default="{}")
     ap.add_argument("--seccomp", type=int, default=1)
+    ap.add_argument("--landlock", type=int, default=1)
+    ap.add_argument("--lib", default="")
+    ap.add_argument("--tmp", type=int, default=0)
     a = ap.parse_args(argv)
     os.chdir(a.scratch)
     signal.signal(signal.SIGALRM, _alarm)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     w = Worker(a.rfd, a.wfd, a.domain, a.time_limit, a.max_reply)
     layers: dict[str, Any] = {"rlimits": set_rlimits(json.loads(a.limits))}
+    devnull = os.open(os.devnull, os.O_RDWR)
+    if a.seccomp:
+        try:  # import before Landlock: finding libseccomp runs ldconfig and opens /dev/null
+            import pyseccomp  # noqa: F401
+        except Exception:  # noqa: BLE001 - reported as a missing layer below
+            pass
+    if a.landlock:
+        prefix = os.path.realpath(sys.base_prefix)
+        reads = [prefix, "/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", a.lib, a.domain,
+                 os.path.dirname(os.path.realpath(sys.executable))]
+        try:
+            writes = [a.scratch, "/dev/null", "/dev/zero"] + (["/tmp"] if a.tmp else [])
+            layers["landlock"] = install_landlock(reads + ["/dev/urandom"], writes)
+        except Exception:  # noqa: BLE001 - reported as a missing layer
+            layers["landlock"] = False
+    else:
+        layers["landlock"] = False
     layers["seccomp"] = install_seccomp() if a.seccomp else False
     layers.update(probe(a.scratch))
     # From here on nothing reaches the parent except over the private pipe.
-    devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     w.load_tools()

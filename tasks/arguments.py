@@ -17,6 +17,8 @@ from typing import Any
 from jsonschema import Draft202012Validator, FormatChecker
 
 ID_SUFFIXES = ("_ids", "_id", "_uuid")
+ROLE_PREFIXES = ("source_", "target_", "from_", "to_", "destination_", "origin_", "parent_", "new_", "old_",
+                 "sender_", "receiver_", "primary_", "src_", "dst_", "other_", "dest_", "original_", "recipient_")
 RANGE_PREFIXES = ("min_", "max_", "minimum_", "maximum_", "start_", "end_", "from_", "to_")
 QUERY_NAMES = {"query", "q", "keyword", "keywords", "search", "search_term", "search_query", "term", "search_text",
                "searchterm", "search_string", "query_string"}
@@ -193,7 +195,7 @@ def gen_value(schema: dict[str, Any] | None, name: str, rng: random.Random, dept
             if isinstance(part, dict):
                 merged.update(part)
         return gen_value(merged, name, rng, depth)
-    if "default" in schema and rng.random() < 0.3:
+    if "default" in schema and rng.random() < 0.3 and is_valid(schema["default"], schema):
         return schema["default"]
     t = _schema_type(schema)
     if t == "null":
@@ -305,8 +307,23 @@ def _rows_of(rows: Any) -> dict[str, list[dict[str, Any]]]:
 
 def _param_keys(pname: str) -> list[str]:
     """Column names a parameter may match, most specific first (`id` also matches any *_id pk)."""
-    key = column_key(pname)
-    keys = [snake(pname), key] if snake(pname) != key else [key]
+    s = snake(pname)
+    keys = [s]
+    for k in (column_key(pname), re.sub(r"_(uuid|ids)$", "_id", s)):
+        if k not in keys:
+            keys.append(k)
+    m = re.match(r"^(.*?)(ies|s)_(id|ids|uuid)$", s)  # restaurantsId also matches restaurant_id
+    if m and m.group(1) and not m.group(1).endswith("s"):
+        k = m.group(1) + ("y" if m.group(2) == "ies" else "") + "_id"
+        if k not in keys:
+            keys.append(k)
+    if s.endswith(("_id", "_uuid", "_ids")):  # source_account_id also matches account_id
+        for rp in ROLE_PREFIXES:
+            if s.startswith(rp):
+                k = re.sub(r"_(uuid|ids)$", "_id", s[len(rp):])
+                if k not in keys:
+                    keys.append(k)
+                break
     return keys
 
 
@@ -405,5 +422,13 @@ def sample_arguments(tool: Any, rows: Any, rng: random.Random, prior_outputs: li
                     if is_valid(alt, sub):
                         value = alt
                         break
+            if not is_valid(value, sub):
+                for _ in range(4):
+                    value = gen_value(sub, p, rng)
+                    if is_valid(value, sub):
+                        break
+                else:
+                    if p not in required:  # an unsatisfiable optional parameter (corpus defect): leave it out
+                        continue
         args[p] = value
     return args

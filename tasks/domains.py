@@ -254,8 +254,13 @@ def _param_keys(tool: Tool) -> set[str]:
     return {k for k in (snake(p) for p in (props or {})) if k and k not in GENERIC_KEYS}
 
 
-def find_domains(tools: list[Tool], vecs: np.ndarray, g, cfg: DiscoverConfig) -> tuple[list[dict], dict]:
-    """Partition tools into domains. Returns (domain records for domains.json, report dict)."""
+def find_domains(tools: list[Tool], vecs: np.ndarray, g, cfg: DiscoverConfig,
+                 checker: Any = None) -> tuple[list[dict], dict]:
+    """Partition tools into domains. Returns (domain records for domains.json, report dict).
+
+    checker: optional second check after the rule-based one, called as
+    checker(members, tools, decisions, kept, dropped) -> (kept, decisions, dropped), decisions in
+    the same order (tasks.dependency_check.LLMDependencyChecker: the LLM check)."""
     cfg = cfg.resolved()
     n = len(tools)
     if n == 0:
@@ -285,6 +290,8 @@ def find_domains(tools: list[Tool], vecs: np.ndarray, g, cfg: DiscoverConfig) ->
     records, checks, n_dropped = [], [], 0
     for ci, grp in enumerate(groups):
         kept, decisions, dropped = dependency_check(grp, tools, vecs, per.get(ci, []), cfg)
+        if checker is not None:
+            kept, decisions, dropped = checker(grp, tools, decisions, kept, dropped)
         n_dropped += len(dropped)
         kept = sorted(kept, key=lambda i: (tools[i].name, tools[i].id))
         kept_set = set(kept)
@@ -409,7 +416,7 @@ def draw_domains(records: list[dict], g, tools: list[Tool], path: Path, max_doma
 
 
 def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig | None = None,
-             force: bool = False, draw: bool = True) -> dict[str, Any]:
+             force: bool = False, draw: bool = True, checker: Any = None) -> dict[str, Any]:
     """The whole stage on plain functions: tools (default corpus/tools.parquet) -> graph/domains.json.
 
     Skips the work when graph/report.json already records the same tools and config (unless force).
@@ -423,7 +430,10 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
 
         tools = load_tools(ws.tools_path)
     tools = [t if t.id else t.with_id() for t in tools]
-    input_hash = content_hash({"tools": sorted(t.id for t in tools), "config": cfg.model_dump()})
+    key: dict[str, Any] = {"tools": sorted(t.id for t in tools), "config": cfg.model_dump()}
+    if checker is not None:  # a second (LLM) check gives other domains: never reuse a rules-only run
+        key["checker"] = type(checker).__name__
+    input_hash = content_hash(key)
     report_path = ws.graph_dir / "report.json"
     if not force and ws.domains_path.exists() and report_path.exists():
         import json
@@ -440,7 +450,9 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
     gstats = save_graph(g, ws.graph_dir)
     timings["graph_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    records, dreport = find_domains(tools, vecs, g, cfg)
+    records, dreport = find_domains(tools, vecs, g, cfg, checker=checker)
+    if checker is not None and hasattr(checker, "stats"):
+        dreport["second_check"] = {"checker": type(checker).__name__, **checker.stats}
     timings["domains_s"] = time.perf_counter() - t
     atomic_write_json(ws.domains_path, records)
     t = time.perf_counter()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from jsonschema import Draft202012Validator
 
 from agentscaler.hashing import canonical_json, content_hash
@@ -146,7 +147,7 @@ class SchemaChecker:
     strings, defaults or enum values, and accepts any property name."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, str | None] = {}
+        self._seen: dict[bytes, str | None] = {}
         self.checks = 0
 
     def error(self, schema: Any, path: str = "") -> str | None:
@@ -157,7 +158,10 @@ class SchemaChecker:
                     if err:
                         return err
         skel = skeleton(schema)
-        text = canonical_json(skel)
+        try:
+            text = orjson.dumps(skel, option=orjson.OPT_SORT_KEYS)  # a cache key only: fast beats canonical here
+        except (TypeError, orjson.JSONEncodeError):
+            text = canonical_json(skel).encode("utf-8", "surrogatepass")
         if text not in self._seen:
             self.checks += 1
             err = next(iter(_META.iter_errors(skel)), None)
@@ -239,11 +243,13 @@ def check_tool(raw: RawTool, checker: SchemaChecker) -> tuple[Candidate | None, 
     returns = raw.returns if isinstance(raw.returns, dict) and raw.returns else None
     if returns is not None and _depth(returns, MAX_DEPTH + 2) > MAX_DEPTH + 1:
         returns = None
-    try:
-        p_text = canonical_json(params)
-        r_text = canonical_json(returns) if returns is not None else ""
-    except (RecursionError, ValueError, TypeError) as exc:
-        return None, "invalid_schema", f"not serializable as JSON: {exc}"
+    try:  # orjson also refuses lone surrogates and >64-bit ints, which could not be written back
+        p_text = orjson.dumps(params)
+        r_text = orjson.dumps(returns) if returns is not None else b""
+        for text in (desc, raw.source_name, raw.category or ""):
+            text.encode("utf-8")
+    except (RecursionError, ValueError, TypeError, UnicodeEncodeError, orjson.JSONEncodeError) as exc:
+        return None, "invalid_schema", f"not serializable as UTF-8 JSON: {str(exc)[:200]}"
     if len(p_text) + len(r_text) > MAX_SPEC_BYTES:
         return None, "oversized", f"schema is {len(p_text) + len(r_text)} bytes (limit {MAX_SPEC_BYTES})"
     err = checker.error(params)
@@ -424,7 +430,7 @@ def ingest(ws: Workspace, sources: Iterable[str | Path], fmt: str = "auto", stri
     if strict and report["errors_total"]:
         report["written"] = False
         return report
-    if new_tools or not ws.tools_path.exists():
+    if new_tools:
         save_tools(ws.tools_path, all_tools)
     report["written"] = True
     atomic_write_json(ws.corpus_report_path, report)

@@ -16,12 +16,12 @@ import ast
 import json
 import math
 import re
-
-import orjson
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 FORMATS = ("toolbench", "xlam", "bfcl", "openai", "mcp", "tau2", "nestful")
 MAX_FILE_BYTES = 512 * 1024 * 1024  # refuse to read anything larger (a corpus file, not a disk image)

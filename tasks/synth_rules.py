@@ -151,6 +151,8 @@ class Entity:
     prefix: str = ""
     columns: dict[str, ColumnSpec] = field(default_factory=dict)
     schemas: dict[str, dict[str, Any]] = field(default_factory=dict)  # column -> schema its values must fit
+    param_cols: set[str] = field(default_factory=set)  # columns some tool parameter reads or writes
+    list_refs: dict[str, str] = field(default_factory=dict)  # json column of ids -> entity they point to
     status_targets: set[str] = field(default_factory=set)
     statuses: list[str] = field(default_factory=list)
 
@@ -237,6 +239,8 @@ def _id_entity(pname: str, schema: dict[str, Any]) -> str | None:
 
 def _phrase(tokens: list[str], vi: int) -> list[str]:
     rest = tokens[vi + 1:] if vi >= 0 else tokens
+    if vi > 0 and not [t for t in rest if t not in STOP]:  # todo_delete: the noun comes first
+        rest = tokens[:vi]
     return [singular(t) for t in rest if t not in STOP and not t.isdigit() and not re.fullmatch(r"v\d+", t)]
 
 
@@ -282,7 +286,8 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
                 if not core and id_ents:
                     action = "update"
             else:
-                in_phrase = [e for e in id_ents if e in phrase]
+                scalar = [e for p, e in ids if e and _schema_type(p.schema) != "array"]
+                in_phrase = [e for e in scalar if e in phrase] or [e for e in id_ents if e in phrase]
                 if in_phrase:
                     entity = in_phrase[-1]
                 elif id_ents:
@@ -377,11 +382,15 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
                         name=col, type="json" if p.role == "fk_list" else target.columns[target.pk].type,
                         foreign_key=f"{target.table}.{target.pk}" if p.role == "fk" and target is not e else None)
                     e.schemas[col] = p.schema
+                    if p.role == "fk_list":
+                        e.list_refs[col] = p.ref
             elif p.role in ("column", "min", "max") and p.column not in e.columns:
                 t = _schema_type(p.schema)
                 e.columns[p.column] = ColumnSpec(name=p.column, type=_COLTYPE.get(t, "text"),
                                                  policy="numeric" if t == "number" else "exact")
                 e.schemas[p.column] = {k: v for k, v in p.schema.items() if k != "default"}
+            if p.role in ("column", "min", "max", "fk", "fk_list"):
+                e.param_cols.add(p.column)
         if pl.action == "status":
             e.status_targets.add(pl.status_to)
         if pl.action in ("get", "search") and isinstance(pl.tool.returns, dict):
@@ -412,7 +421,11 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
         if "status" in e.columns:
             enum = (e.schemas.get("status") or {}).get("enum")
             base = [v for v in enum if isinstance(v, str)] if isinstance(enum, list) and enum else []
-            e.statuses = base or ["active", "pending", "active", "completed"] + sorted(e.status_targets)
+            if "status" in e.param_cols and base:  # a parameter constrains the values
+                e.statuses = sorted(base, key=lambda v: v in TERMINAL or v in e.status_targets)
+            else:  # actionable states first, then the ones that make tools fail (invalid state)
+                e.statuses = ["active", "pending", "active", "completed"] + sorted(
+                    (set(base) | e.status_targets) - {"active", "pending", "completed"})
     return plans, entities
 
 
@@ -452,14 +465,13 @@ def seed_rows(entities: dict[str, Entity], rng: random.Random, clock: str) -> di
                 elif cs.foreign_key:
                     ref = by_table[cs.foreign_key.split(".")[0]]
                     row[col] = rng.choice(pks[ref.name])
-                elif col == "status" and e.statuses and "status" not in e.schemas:
+                elif col == "status" and e.statuses:
                     row[col] = e.statuses[i % len(e.statuses)] if i < len(e.statuses) else rng.choice(e.statuses)
                 elif col in ("created_at", "updated_at") and col not in e.schemas:
                     row[col] = f"2024-0{rng.randint(1, 4)}-{rng.randint(10, 28)}T{rng.randint(8, 18):02d}:00:00"
                 elif col in e.schemas:
                     s = e.schemas[col]
-                    fk_ref = next((x for x in entities.values() if x.table != e.table and s.get("type") == "array"
-                                   and col.endswith("_ids") and x.pk == col[:-1]), None)
+                    fk_ref = entities.get(e.list_refs.get(col, ""))
                     if fk_ref is not None:
                         row[col] = rng.sample(pks[fk_ref.name], k=min(2, len(pks[fk_ref.name])))
                     else:

@@ -41,7 +41,8 @@ def domain_tools(record: dict[str, Any], tools: list[Tool]) -> list[Tool]:
     return members
 
 
-def _synthesize(domain_id: str, members: list[Tool], record: dict[str, Any], synth: str, seed: int):
+def _synthesize(domain_id: str, members: list[Tool], record: dict[str, Any], synth: str, seed: int,
+                unsafe: bool = False, options: dict[str, Any] | None = None):
     if synth == "rules":
         from tasks.synth_rules import synthesize_rules
 
@@ -52,7 +53,7 @@ def _synthesize(domain_id: str, members: list[Tool], record: dict[str, Any], syn
             from tasks.synth_llm import synthesize_llm  # type: ignore[import-not-found]
         except ImportError as exc:
             raise SynthesisError("the LLM synthesizer (tasks/synth_llm.py) is not available yet") from exc
-        return synthesize_llm(domain_id, members, record=record, seed=seed)
+        return synthesize_llm(domain_id, members, record=record, seed=seed, unsafe=unsafe, **(options or {}))
     raise SynthesisError(f"unknown synthesizer {synth!r} (rules | llm)")
 
 
@@ -63,15 +64,17 @@ def _content_id(syn: Any) -> str:
 
 def synthesize_domain(ws: Workspace, domain_record: dict[str, Any], tools: list[Tool], synth: str = "rules",
                       seed: int = 0, validate: bool = True, unsafe: bool = False,
-                      catalog: Catalog | None = None) -> DomainSpec:
-    """Build (or find) the environment of one domain and return its DomainSpec (report included)."""
+                      catalog: Catalog | None = None, synth_options: dict[str, Any] | None = None) -> DomainSpec:
+    """Build (or find) the environment of one domain and return its DomainSpec (report included).
+
+    synth_options: keyword arguments for the synthesizer (llm: client=LLMClient, config=SynthLLMConfig)."""
     domain_id = domain_record.get("domain") if isinstance(domain_record, dict) else None
     if not isinstance(domain_id, str) or not domain_id or "/" in domain_id or domain_id.startswith("."):
         raise SynthesisError(f"domain record without a valid 'domain' id: {str(domain_record)[:200]}")
     catalog = catalog or Catalog(ws.catalog_path)
     catalog.mark(domain_id, STAGE, "running")
     try:
-        spec = _build(ws, domain_id, domain_record, tools, synth, seed, validate, unsafe)
+        spec = _build(ws, domain_id, domain_record, tools, synth, seed, validate, unsafe, synth_options)
     except Exception as exc:
         catalog.mark(domain_id, STAGE, "failed", error=f"{type(exc).__name__}: {exc}")
         raise
@@ -80,14 +83,14 @@ def synthesize_domain(ws: Workspace, domain_record: dict[str, Any], tools: list[
 
 
 def _build(ws: Workspace, domain_id: str, record: dict[str, Any], tools: list[Tool], synth: str, seed: int,
-           validate: bool, unsafe: bool) -> DomainSpec:
+           validate: bool, unsafe: bool, synth_options: dict[str, Any] | None = None) -> DomainSpec:
     from envs.store import build_seed
 
     members = domain_tools(record, tools)
     if not members:
         raise SynthesisError(f"domain {domain_id}: none of its tools are in the corpus")
     t0 = time.perf_counter()
-    syn = _synthesize(domain_id, members, record, synth, seed)
+    syn = _synthesize(domain_id, members, record, synth, seed, unsafe, synth_options)
     gen_s = time.perf_counter() - t0
     cid = _content_id(syn)
     final = ws.domain_dir(domain_id)

@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agentscaler.errors import TransientError
 from envs.spec import DomainSpec, ToolSpec
 from tasks.arguments import is_valid, sample_arguments
 
@@ -139,8 +140,11 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
 
     try:
         env = Environment.open(domain_dir, unsafe=unsafe)
-    except Exception as exc:  # noqa: BLE001 - a domain that cannot start is a reported failure
-        return fail_all("load", f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a domain whose code cannot load is a reported failure
+        if "failed to load" in str(exc):
+            return fail_all("load", f"{type(exc).__name__}: {exc}")
+        # no sandbox at all (missing isolation, worker did not start): the machine, not the domain
+        raise TransientError(f"sandbox unavailable for {domain_dir.name}: {type(exc).__name__}: {exc}") from exc
     rng = random.Random(f"validate:{spec.id}:{seed}")
     outputs: list[Any] = []
     try:

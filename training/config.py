@@ -46,6 +46,7 @@ class StageConfig(BaseModel):
     eval_steps: int | None = None  # None: evaluate at the end only
     seed: int = 42
     dataloader_num_workers: int = 0
+    torch_threads: int | None = None  # None: torch's default; 1 is fastest on a small, shared CPU box
 
     def dataset_path(self, ws_root: Path) -> Path:
         return _resolve(ws_root, self.dataset_dir or f"sft/stage{self.stage}/hf")

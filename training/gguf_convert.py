@@ -89,7 +89,18 @@ def convert_smollm2(cache_dir: Path | str | None = None) -> Path:
     from transformers import AutoModelForCausalLM
 
     gguf = find_gguf()
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    # The weights are dequantized already, but transformers still marks the model "quantized with
+    # gguf" and refuses to save it: copy them into a plain model built from the same config.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if unexpected or [k for k in missing if k != "lm_head.weight"]:
+        raise RuntimeError(f"GGUF conversion mismatch: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    del loaded
     tok = load_tokenizer(cache_dir)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".hf.", dir=dst.parent))

@@ -85,6 +85,24 @@ def weight_fingerprint(model: Any) -> str:
     return content_hash([[round(x, 6) for x in p] for p in parts])
 
 
+def _step_timer() -> Any:
+    """A callback recording each optimizer step's wall time (for medians in benchmarks/bench_train.py)."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+            self._t = 0.0
+
+        def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
+            self._t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            self.seconds.append(time.perf_counter() - self._t)
+
+    return StepTimer()
+
+
 def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: bool) -> Any:
     import torch
     from trl import SFTConfig
@@ -126,14 +144,22 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[s
     from trl import SFTTrainer
 
     disable_progress_bar()
+    if cfg.torch_threads:
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)
     ws_root = Path(ws_root).resolve()
     out_dir = cfg.output_path(ws_root)
     out_dir.mkdir(parents=True, exist_ok=True)
     train_ds, eval_ds, counts = load_datasets(cfg, ws_root)
+    # The training arguments exist before the model is built so that, under accelerate + ZeRO-3
+    # (zero3_init_flag), transformers builds the model already partitioned (deepspeed.zero.Init).
+    args = sft_args(cfg, out_dir, max_steps, eval_ds is not None)
     model, tok, source = load_model_and_tokenizer(cfg, ws_root)
     start_fp = weight_fingerprint(model)
-    trainer = SFTTrainer(model=model, args=sft_args(cfg, out_dir, max_steps, eval_ds is not None),
-                         train_dataset=train_ds, eval_dataset=eval_ds, processing_class=tok)
+    timer = _step_timer()
+    trainer = SFTTrainer(model=model, args=args,
+                         train_dataset=train_ds, eval_dataset=eval_ds, processing_class=tok, callbacks=[timer])
     n_train_tokens = sum(len(x) for x in trainer.train_dataset["input_ids"])
     n_loss_tokens = sum(sum(1 for t in x if t != -100) for x in trainer.train_dataset["labels"])
     t0 = time.perf_counter()
@@ -141,13 +167,16 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[s
     train_s = time.perf_counter() - t0
     eval_metrics = trainer.evaluate() if eval_ds is not None else {}
     final = out_dir / "final"
+    # Every rank calls save_model: under ZeRO-3 it gathers the 16-bit weights (a collective,
+    # zero3_save_16bit_model) and only the main process writes.
+    trainer.save_model(str(final))
     if trainer.is_world_process_zero():
-        trainer.save_model(str(final))  # ZeRO-3: gathers 16-bit weights (zero3_save_16bit_model)
         tok.save_pretrained(str(final))
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     steps = trainer.state.global_step
-    seen_tokens = steps * cfg.gradient_accumulation_steps * cfg.per_device_train_batch_size * (
+    tokens_per_step = cfg.gradient_accumulation_steps * cfg.per_device_train_batch_size * (
         n_train_tokens / max(1, len(trainer.train_dataset))) * max(1, trainer.args.world_size)
+    seen_tokens = steps * tokens_per_step  # approximate: mean row length x rows per step
     result = {
         "stage": cfg.stage, "model_source": source, "start_fingerprint": start_fp,
         "end_fingerprint": weight_fingerprint(trainer.model), "global_step": steps,
@@ -156,6 +185,7 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[s
         "loss_finite": all(math.isfinite(x) for x in losses) and math.isfinite(out.training_loss),
         "eval": eval_metrics, "train_seconds": train_s, "approx_tokens_seen": seen_tokens,
         "tokens_per_second": seen_tokens / train_s if train_s > 0 else None,
+        "tokens_per_step": tokens_per_step, "step_seconds": timer.seconds,
         "dataset": counts, "train_tokens": n_train_tokens, "loss_tokens": n_loss_tokens,
         "output_dir": str(out_dir), "final_dir": str(final), "config": cfg.model_dump(),
         "world_size": trainer.args.world_size,

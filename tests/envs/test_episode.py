@@ -10,9 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from envs.sandbox import bwrap_works
 from envs.episode import Environment, SandboxError, ToolResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "domains" / "shop"))
+# These tests are about the API, not isolation (tests/envs/test_sandbox_attacks.py is): where
+# bubblewrap is unusable they run the worker with the layers the machine has.
+UNSAFE = not bwrap_works()
 from build import build_shop  # noqa: E402
 
 
@@ -23,7 +27,7 @@ def shop(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def env(shop):
-    with Environment.open(shop) as e:
+    with Environment.open(shop, unsafe=UNSAFE) as e:
         yield e
 
 
@@ -148,7 +152,7 @@ def test_snapshot_restore_and_diff_against(env):
 
 def test_seed_file_untouched_and_close(shop):
     digest = hashlib.sha256((shop / "seed.sqlite").read_bytes()).hexdigest()
-    e = Environment.open(shop)
+    e = Environment.open(shop, unsafe=UNSAFE)
     e.reset()
     e.call("place_order", {"user_id": "u1", "product_id": "p1"})
     proc = e.worker.proc
@@ -163,7 +167,17 @@ def test_missing_tool_function_is_a_tool_error(tmp_path):
     dest = build_shop(tmp_path / "shop")
     code = (dest / "tools.py").read_text().replace("def update_email(", "def _renamed(")
     (dest / "tools.py").write_text(code)
-    with Environment.open(dest) as e:
+    with Environment.open(dest, unsafe=UNSAFE) as e:
         assert e.missing_tools == ["update_email"]
         res = e.call("update_email", {"user_id": "u1", "email": "a@b.c"})
         assert not res.ok and "not implemented" in res.error
+
+
+def test_missing_domain_files_are_clear_errors(tmp_path):
+    dest = build_shop(tmp_path / "shop")
+    (dest / "seed.sqlite").unlink()
+    with pytest.raises(SandboxError, match="seed.sqlite is missing"):
+        Environment.open(dest, unsafe=UNSAFE)
+    (dest / "spec.json").write_text("{not json")
+    with pytest.raises(SandboxError, match="cannot read spec.json"):
+        Environment.open(dest, unsafe=UNSAFE)

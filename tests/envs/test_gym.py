@@ -9,10 +9,14 @@ from pathlib import Path
 import gymnasium
 import pytest
 
+from envs.sandbox import bwrap_works
 from envs.episode import Environment
 from envs.gym import ToolEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "domains" / "shop"))
+# These tests are about the API, not isolation (tests/envs/test_sandbox_attacks.py is): where
+# bubblewrap is unusable they run the worker with the layers the machine has.
+UNSAFE = not bwrap_works()
 from build import build_shop  # noqa: E402
 
 GOLD = [{"name": "place_order", "arguments": {"user_id": "u1", "product_id": "p4", "quantity": 2}}]
@@ -25,14 +29,14 @@ def shop(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def gold_hash(shop) -> str:
-    with Environment.open(shop) as e:
+    with Environment.open(shop, unsafe=UNSAFE) as e:
         e.reset()
         assert all(r.ok for r in e.call_batch(GOLD))
         return e.state_hash()
 
 
 def test_reward_one_when_gold_state_reached(shop, gold_hash):
-    env = ToolEnv(shop, gold_hash=gold_hash)
+    env = ToolEnv(shop, unsafe=UNSAFE, gold_hash=gold_hash)
     try:
         assert isinstance(env, gymnasium.Env)
         obs, info = env.reset(seed=0)
@@ -56,7 +60,7 @@ def test_reward_one_when_gold_state_reached(shop, gold_hash):
 
 
 def test_truncates_at_max_steps(shop, gold_hash):
-    env = ToolEnv(shop, gold_hash=gold_hash, max_steps=2)
+    env = ToolEnv(shop, unsafe=UNSAFE, gold_hash=gold_hash, max_steps=2)
     try:
         env.reset(options={"scenario": {"id": "s1", "intent": "buy notebooks", "gold_hash": gold_hash}})
         env.step(json.dumps(GOLD[0]))

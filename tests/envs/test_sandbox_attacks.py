@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from envs.episode import Environment
-from envs.sandbox import SandboxError, WorkerProcess
+from envs.sandbox import SandboxError, WorkerProcess, bwrap_works
 from envs.spec import DomainSpec, ToolSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "domains" / "shop"))
@@ -28,6 +28,7 @@ ATTACKS = {
     "memory_list": "x = []\nwhile True:\n    x.append('y' * (1 << 20))",
     "fork_bomb": "import os\nwhile True:\n    os.fork()",
     "huge_output": "return 'x' * (40 << 20)",
+    "huge_nested_output": "return {'rows': ['x' * (1 << 20)] * 40}",
     "stdout": "import os, sys\nprint('LEAK-OUT' * 1000)\nsys.stderr.write('LEAK-ERR')\nos.write(1, b'LEAK-FD1')\nos.write(2, b'LEAK-FD2')\nreturn 'printed'",
     "read_passwd": "return open('/etc/passwd').read()",
     "read_workspace": "return open(SECRET).read()",
@@ -59,6 +60,8 @@ ATTACKS = {
     "sql_slow_query": "return db.query('WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c')",
     "read_tool_writes": "db.execute('DELETE FROM users')\nreturn 'deleted'",
     "read_tool_commits": "db.execute('DELETE FROM users')\ndb.conn.commit()\nreturn 'committed'",
+    "forge_reply": "import os, sys, json, struct\nwfd = int(sys.argv[sys.argv.index('--wfd') + 1])\nbody = json.dumps({'ok': True, 'content': 'forged'}).encode()\nos.write(wfd, struct.pack('>II', len(body), 0) + body)\nreturn 'real'",
+    "garbage_reply": "import os, sys\nwfd = int(sys.argv[sys.argv.index('--wfd') + 1])\nos.write(wfd, b'\\x00\\x00\\x00\\x05\\x00\\x00\\x00\\x00{{{{{')\nimport time\ntime.sleep(0.2)\nreturn 'real'",
     "not_json": "return object.__new__(type('X', (), {'__repr__': None}))",
 }
 
@@ -80,6 +83,8 @@ def _write_attacks(dest: Path) -> None:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
+    if not bwrap_works():
+        pytest.skip("bubblewrap cannot create namespaces here: the attack suite needs every layer")
     dest = build_shop(tmp_path_factory.mktemp("ws") / "shop")
     _write_attacks(dest)
     e = Environment.open(dest, time_limit=1.0, memory_mb=512)
@@ -103,6 +108,7 @@ CASES = [
     ("memory_list", "out of memory|time limit", False),
     ("fork_bomb", "not permitted", False),
     ("huge_output", "too large", False),
+    ("huge_nested_output", "too large|time limit", None),  # encoding 40 MB may outlast the deadline
     ("read_passwd", "No such file", False),
     ("read_workspace", "No such file", False),
     ("read_domain_scenarios", "No such file", False),
@@ -129,6 +135,8 @@ CASES = [
     ("sql_slow_query", "time limit", False),
     ("read_tool_commits", "not authorized", False),
     ("not_json", "not JSON", False),
+    ("forge_reply", "protocol", True),
+    ("garbage_reply", "protocol", True),
 ]
 
 
@@ -160,10 +168,10 @@ def test_stdout_stderr_output_goes_nowhere(env, capfd):
 
 def test_root_listing_shows_only_the_sandbox(env):
     res = env.call("attack_list_root", {})
-    assert res.ok
-    assert "work" not in res.content and "root" not in res.content or "work" not in res.content
-    assert "etc" not in res.content or res.content.count("etc") == 1
-    assert "sandbox" in res.content and "scratch" in res.content
+    if not res.ok:  # Landlock also denies listing "/"
+        assert "Permission denied" in res.error
+        return
+    assert "work" not in res.content and "sandbox" in res.content and "scratch" in res.content
 
 
 def test_scratch_is_writable(env):
@@ -202,18 +210,32 @@ def test_write_state_survives_a_restart(env):
 
 
 def test_refuses_without_isolation(tmp_path, monkeypatch):
-    dest = build_shop(tmp_path / "shop")
+    dest = build_shop(tmp_path / "ws" / "shop")
+    _write_attacks(dest)
     monkeypatch.delenv("AGENTSCALER_UNSAFE_SANDBOX", raising=False)
-    w = WorkerProcess(dest, use_bwrap=False)
+    w = WorkerProcess(dest, use_bwrap=False)  # as root without bwrap: no separate uid
     with pytest.raises(SandboxError, match="refusing"):
         w.start()
     w.close()
     monkeypatch.setenv("AGENTSCALER_UNSAFE_SANDBOX", "1")
     w = WorkerProcess(dest, use_bwrap=False)
     iso = w.start()
-    assert iso["seccomp"] and not iso["filesystem"]
+    assert iso["seccomp"] and iso["rlimits"] and not iso["pid"]
+
+    def call(name):
+        return w.request({"op": "call", "name": name, "args": {}, "kind": "read"})[0]
+
     reply, _ = w.request({"op": "call", "name": "get_user", "args": {"user_id": "u2"}, "kind": "read"})
     assert reply["ok"] and reply["content"]["name"] == "Alan Turing"
+    assert "not permitted" in call("attack_socket")["error"]
+    assert "not permitted" in call("attack_fork_bomb")["error"]
+    if iso["landlock"]:  # without a mount namespace, Landlock alone keeps the filesystem out of reach
+        assert iso["filesystem"]
+        for attack in ("read_passwd", "read_workspace", "write_host"):
+            r = call(f"attack_{attack}")
+            assert not r["ok"] and ("Permission denied" in r["error"] or "No such file" in r["error"]), r
+        r = call("attack_write_tmp_then_read")
+        assert not r["ok"]  # /scratch does not exist here; the worker's own scratch is its cwd
     w.close()
 
 
@@ -221,8 +243,8 @@ def test_broken_tool_code_is_a_clear_error(tmp_path):
     dest = build_shop(tmp_path / "shop")
     (dest / "tools.py").write_text("def get_user(db, user_id):\n    return 1\n\ndef broken(:\n")
     with pytest.raises(SandboxError, match="SyntaxError"):
-        Environment.open(dest)
-    with Environment.open(dest, check_code=False) as e:
+        Environment.open(dest, unsafe=not bwrap_works())
+    with Environment.open(dest, check_code=False, unsafe=not bwrap_works()) as e:
         res = e.call("get_user", {"user_id": "u1"})
         assert not res.ok and "SyntaxError" in res.error
     json.loads((dest / "spec.json").read_text())  # the domain files are untouched

@@ -129,3 +129,14 @@ def test_missing_table_is_a_state_not_a_crash():
     b = _db([], {})
     assert plan.state_hash(a) != plan.state_hash(b)
     assert plan.diff(a, b)[0]["table"] == "items"
+
+
+def test_blob_values_fall_back_to_quote_encoding():
+    plan = StatePlan(EXACT)
+    a = _db(EXACT, {"items": [(1, "a", 1, 1.5, None), (2, "b", 2, 2.0, None)]})
+    b = _db(EXACT, {"items": [(2, "b", 2, 2.0, None), (1, b"\x00raw", 1, 1.5, None)]})
+    c = _db(EXACT, {"items": [(1, b"\x00raw", 1, 1.5, None), (2, "b", 2, 2.0, None)]})
+    assert plan.state_hash(b) == plan.state_hash(c) != plan.state_hash(a)
+    assert plan.diff(a, b) == [{"table": "items", "key": {"id": 1}, "column": "label", "before": "a",
+                                "after": b"\x00raw"}]
+    assert plan.diff(b, c) == []

@@ -227,3 +227,13 @@ def test_cli_ingest_json_and_exit_codes(tmp_path):
     assert res.exit_code == 1
     res = runner.invoke(app, ["-w", ws, "ingest", str(CORPORA / "openai"), "--format", "nope"])
     assert res.exit_code == 2
+
+
+def test_unreadable_existing_corpus_is_never_overwritten(tmp_path):
+    from tasks.ingest import IngestError
+
+    ws = Workspace(tmp_path / "ws")
+    ws.tools_path.write_bytes(b"not parquet")
+    with pytest.raises(IngestError, match="not overwriting"):
+        ingest(ws, [CORPORA / "openai"])
+    assert ws.tools_path.read_bytes() == b"not parquet"

@@ -121,3 +121,16 @@ def test_duplicate_names_skipped_and_integer_ids():
     assert syn.spec.table("items").column("item_id").type == "integer"
     assert all(isinstance(r["item_id"], int) for r in syn.rows["items"])
     assert "_next_int(db, 'items', 'item_id')" in syn.tools_py
+
+
+def test_id_lists_in_seed_point_to_existing_rows_and_noun_before_verb():
+    tools = [T("get_item", {"item_id": {"type": "string"}}, ["item_id"]),
+             T("exchange_order_items", {"order_id": {"type": "string"},
+                                        "new_item_ids": {"type": "array", "items": {"type": "string"}}},
+               ["order_id", "new_item_ids"]),
+             T("todo_delete", {"content": {"type": "string"}}, ["content"])]
+    syn = synthesize_rules("d3", tools)
+    items = {r["item_id"] for r in syn.rows["items"]}
+    for r in syn.rows["orders"]:
+        assert r["new_item_ids"] and set(r["new_item_ids"]) <= items
+    assert syn.spec.report["plans"]["todo_delete"]["entity"] == "todo"

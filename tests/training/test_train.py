@@ -21,7 +21,7 @@ def _config(tmp: Path, stage: int) -> Path:
     p.write_text(yaml.safe_dump({
         "stage": stage, "model": "tiny" if stage == 1 else "stage1", "max_length": 1024,
         "learning_rate": 1e-2, "warmup_ratio": 0.0, "per_device_train_batch_size": 2,
-        "gradient_accumulation_steps": 1, "logging_steps": 1, "save_steps": 1000}))
+        "gradient_accumulation_steps": 1, "logging_steps": 1, "save_steps": 1000, "torch_threads": 1}))
     return p
 
 

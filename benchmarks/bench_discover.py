@@ -1,0 +1,152 @@
+"""Discover stage figures: synthetic corpora with planted domains, ingest done -> domains saved.
+
+    .venv/bin/python benchmarks/bench_discover.py                 # 1k, 3k, 10k, 30k fast + MiniLM on 3k
+    .venv/bin/python benchmarks/bench_discover.py --sizes 1000 --minilm-n 0 --repeats 1
+
+Each measurement runs `tasks.domains.discover` in a fresh subprocess (so peak RSS is that run's),
+starting from corpus/tools.parquet. "cold" = first run in the workspace; "forced" = the same
+inputs again with force=True (a warm MiniLM cache; the fast vectors are always recomputed);
+"skip" = the same inputs without force (the stage sees its output is current). Reports medians
+over --repeats, plus purity / completeness against the planted domains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+VERBS = ["get", "list", "create", "update", "delete", "search", "cancel", "book", "check", "set"]
+
+
+def _words(n: int, seed: int) -> list[str]:
+    """Whole lowercase words from MiniLM's vocabulary (real words, so embeddings mean something)."""
+    from tasks.embed import model_dir
+
+    vocab = [w.strip() for w in (model_dir() / "vocab.txt").read_text().splitlines()]
+    words = sorted({w for w in vocab if w.isalpha() and w.isascii() and 4 <= len(w) <= 10})
+    random.Random(seed).shuffle(words)
+    return words[:n]
+
+
+def synthetic_tools(n: int, seed: int = 0, domain_size: int = 20):
+    """n tools in n/domain_size planted domains; a domain = 3 entities and 8 attributes drawn from
+    one word pool; each tool ~5 parameters, returns its entity's fields (so data-flow edges exist)."""
+    from agentscaler.models import Tool
+
+    rng = random.Random(seed)
+    n_dom = max(1, n // domain_size)
+    words = _words(20000, seed)
+    tools, labels = [], []
+    for d in range(n_dom):
+        pool = rng.sample(words, 11)
+        entities, attrs = pool[:3], pool[3:]
+        size = domain_size if d < n_dom - 1 else n - domain_size * (n_dom - 1)
+        for k in range(size):
+            ent = entities[k % 3]
+            verb = VERBS[(k // 3) % len(VERBS)]
+            chosen = rng.sample(attrs, 4)
+            props = {f"{ent}_id": {"type": "string", "description": f"The id of the {ent}."}}
+            for a in chosen:
+                props[a] = {"type": rng.choice(["string", "integer", "number", "boolean"]),
+                            "description": f"The {a} of the {ent}."}
+            req = [f"{ent}_id"] if verb not in ("create", "list", "search") else chosen[:1]
+            returns = {"type": "object", "title": ent,
+                       "properties": {f"{ent}_id": {"type": "string"}, **{a: {"type": "string"} for a in chosen[:2]}}}
+            name = f"{verb}_{ent}_{d}_{k}"[:64]
+            tools.append(Tool(name=name, source_name=name, source="synthetic", description=f"{verb.capitalize()} a {ent} "
+                              f"with its {chosen[0]} and {chosen[1]}.", parameters={"type": "object", "properties": props,
+                              "required": req}, returns=returns).with_id())
+            labels.append(d)
+    return tools, labels
+
+
+CHILD = r"""
+import json, resource, sys, time
+sys.path.insert(0, {root!r})
+from agentscaler.workspace import Workspace
+from tasks.domains import DiscoverConfig, discover
+t = time.perf_counter()
+s = discover(Workspace({ws!r}), cfg=DiscoverConfig(embedding={emb!r}), force={force!r}, draw=True)
+s["wall_s"] = time.perf_counter() - t
+s["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print("RESULT" + json.dumps(s))
+"""
+
+
+def run_child(ws: Path, emb: str, force: bool) -> dict:
+    code = CHILD.format(root=str(ROOT), ws=str(ws), emb=emb, force=force)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+                              "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "true"})
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])
+
+
+def quality(ws: Path, tools, labels) -> dict:
+    from tasks.domains import score_partition
+
+    records = json.loads((ws / "graph" / "domains.json").read_text())
+    lab = {t.id: str(l) for t, l in zip(tools, labels)}
+    s = score_partition(records, lab)
+    return {k: s[k] for k in ("purity", "completeness_min", "completeness_mean", "n_domains")}
+
+
+def bench(n: int, emb: str, repeats: int) -> dict:
+    from agentscaler.toolstore import save_tools
+    from agentscaler.workspace import Workspace
+
+    tools, labels = synthetic_tools(n)
+    cold, forced, skip, rss, parts = [], [], [], [], []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as d:
+            ws = Workspace(Path(d) / "ws")
+            save_tools(ws.tools_path, tools)
+            a = run_child(ws.root, emb, force=False)
+            b = run_child(ws.root, emb, force=True)
+            c = run_child(ws.root, emb, force=False)
+            cold.append(a["wall_s"]); forced.append(b["wall_s"]); skip.append(c["wall_s"])
+            rss.append(max(a["peak_rss_mib"], b["peak_rss_mib"]))
+            parts.append(a["timings"])
+            q = quality(ws.root, tools, labels)
+            edges = a["edges"]
+    med = statistics.median
+    return {"tools": n, "embedding": emb, "cold_s": round(med(cold), 2), "forced_s": round(med(forced), 2),
+            "skip_s": round(med(skip), 2), "peak_rss_mib": round(max(rss)),
+            "cold_parts": {k: round(med(p[k] for p in parts), 2) for k in parts[0]}, "edges": edges, **q}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1000,3000,10000,30000")
+    ap.add_argument("--minilm-n", type=int, default=3000, help="MiniLM sample size (0: skip)")
+    ap.add_argument("--repeats", type=int, default=1)
+    args = ap.parse_args()
+    rows = [bench(int(n), "fast", args.repeats) for n in args.sizes.split(",")]
+    if args.minilm_n:
+        rows.append(bench(args.minilm_n, "minilm", 1))
+    print(f"{'tools':>6} {'embed':>6} {'cold s':>7} {'forced s':>8} {'skip s':>6} {'peak MiB':>8} {'purity':>6} "
+          f"{'cmin':>5} {'domains':>7} {'edges sim/flow':>15}  cold parts")
+    for r in rows:
+        print(f"{r['tools']:>6} {r['embedding']:>6} {r['cold_s']:>7} {r['forced_s']:>8} {r['skip_s']:>6} "
+              f"{r['peak_rss_mib']:>8} {r['purity']:>6} {r['completeness_min']:>5} {r['n_domains']:>7} "
+              f"{str(r['edges']['similar']) + '/' + str(r['edges']['dataflow']):>15}  {r['cold_parts']}")
+    fast = {r["tools"]: r for r in rows if r["embedding"] == "fast"}
+    for r in rows:
+        if r["embedding"] == "minilm" and 30000 in fast:
+            per_tool = r["cold_parts"]["embed_s"] / r["tools"]
+            est = 30000 * per_tool + fast[30000]["cold_s"] - fast[30000]["cold_parts"]["embed_s"]
+            print(f"MiniLM at 30k, extrapolated from {r['tools']} (embed time linear in tools): ~{est:.0f} s cold")
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()

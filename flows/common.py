@@ -1,0 +1,57 @@
+"""What every flow shares: a catalog run record, per-domain fan-out, and the summary artifact."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from agentscaler.catalog import Catalog
+from agentscaler.hashing import content_hash
+
+
+@contextmanager
+def run_record(catalog: Catalog, flow: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Record a flow run in the catalog; the body fills the yielded summary dict."""
+    run_id = f"{flow}-" + content_hash({"params": params, "t": time.time_ns()})
+    catalog.start_run(run_id, flow, params)
+    summary: dict[str, Any] = {"run_id": run_id}
+    try:
+        yield summary
+    except BaseException as exc:
+        catalog.finish_run(run_id, "failed", {**summary, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+        raise
+    failed = summary.get("failed") or {}
+    catalog.finish_run(run_id, "done" if not failed else "done_with_failures", summary)
+
+
+def fan_out(task: Any, items: list[Any], key: Callable[[Any], str], **kwargs: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """Submit one task run per item and wait for all; a failed item never fails the others.
+
+    Returns (results by key, errors by key). The plain functions behind the tasks mark the
+    catalog themselves, so a failure is already recorded with its reason when it lands here."""
+    futures = {key(item): task.submit(item, **kwargs) for item in items}
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for k, fut in futures.items():
+        state = fut.wait() or fut.state
+        if state.is_completed():
+            results[k] = fut.result()
+        else:
+            try:
+                fut.result(raise_on_failure=True)
+                errors[k] = f"task ended in state {state.type}"
+            except BaseException as exc:  # noqa: BLE001 - reported per domain
+                errors[k] = f"{type(exc).__name__}: {exc}"[:500]
+    return results, errors
+
+
+def publish_markdown(key: str, markdown: str, description: str = "") -> None:
+    """Attach a markdown artifact to the current Prefect run (visible in the UI); no-op outside one."""
+    try:
+        from prefect.artifacts import create_markdown_artifact
+
+        create_markdown_artifact(key=key, markdown=markdown, description=description)
+    except Exception:  # noqa: BLE001 - artifacts are a convenience, never a reason to fail a run
+        pass

@@ -1,0 +1,61 @@
+"""train_sft: export verified trajectories, then stage-1 SFT, then stage-2 SFT from stage 1's weights.
+
+Training runs as a subprocess (`python -m training.sft` or `accelerate launch ...`), never in the
+Prefect process; its log streams into the Prefect run's log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from agentscaler.catalog import Catalog
+from agentscaler.workspace import Workspace
+from flows.common import publish_markdown, run_record
+from tasks.export import export_task
+from tasks.train import train_task
+
+
+@flow(name="train-sft")
+def train_sft_flow(workspace: str, stages: list[int] | None = None, max_steps: int | None = None,
+                   accelerate_config: str | None = None, num_processes: int | None = None,
+                   model: str | None = None, run_ids: list[str] | None = None) -> dict[str, Any]:
+    """Stage 2 is skipped (not failed) when the export has no stage-2 rows."""
+    ws = Workspace(workspace)
+    stages = sorted(stages or [1, 2])
+    catalog = Catalog(ws.catalog_path)
+    with run_record(catalog, "train_sft", {"stages": stages, "max_steps": max_steps, "model": model}) as summary:
+        export = export_task(str(ws.root), tuple(stages), run_ids=run_ids)
+        summary["export"] = export
+        results: dict[str, Any] = {}
+        for stage in stages:
+            rows = _train_rows(export, stage)
+            if rows == 0:
+                results[f"stage{stage}"] = {"skipped": f"no stage-{stage} training rows"}
+                continue
+            results[f"stage{stage}"] = train_task(
+                str(ws.root), stage, max_steps=max_steps, model=model if stage == 1 else None,
+                accelerate_config=Path(accelerate_config) if accelerate_config else None,
+                num_processes=num_processes)
+        summary["train"] = results
+        publish_markdown("train-sft", _markdown(summary), "SFT export and training")
+    return summary
+
+
+def _train_rows(export: dict[str, Any], stage: int) -> int:
+    """Rows in the stage's train split, read from the export report (0 when absent)."""
+    st = (export.get("stages") or {}).get(f"stage{stage}") or {}
+    return int((st.get("rows") or {}).get("train", 0))
+
+
+def _markdown(summary: dict[str, Any]) -> str:
+    lines = ["# train_sft", "", "| stage | result |", "|---|---|"]
+    for stage, r in summary.get("train", {}).items():
+        if "skipped" in r:
+            lines.append(f"| {stage} | skipped: {r['skipped']} |")
+        else:
+            lines.append(f"| {stage} | steps {r.get('global_step')}, loss {r.get('train_loss')}, "
+                         f"{r.get('tokens_per_second')} tokens/s |")
+    return "\n".join(lines) + "\n"

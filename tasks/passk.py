@@ -1,0 +1,59 @@
+"""pass^k (tau-bench): the chance that k independent trials of a scenario all succeed.
+
+With n trials of a scenario and c successes, the unbiased estimate is C(c, k) / C(n, k); a
+domain's (or the overall) pass^k is the mean over scenarios with at least k trials. Trials
+whose failure is attributed to the user simulator or the environment are left out by default
+(`agent_only=True`): they say nothing about the agent.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from math import comb
+from typing import Any
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """C(c, k) / C(n, k) for one scenario (n trials, c successes); requires 1 <= k <= n, 0 <= c <= n."""
+    if not (1 <= k <= n) or not (0 <= c <= n):
+        raise ValueError(f"pass^k needs 1 <= k <= n and 0 <= c <= n (n={n}, c={c}, k={k})")
+    return comb(c, k) / comb(n, k)
+
+
+def _mean_passk(counts: dict[str, tuple[int, int]], max_k: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"scenarios": len(counts), "trials": sum(n for n, _ in counts.values()),
+                           "successes": sum(c for _, c in counts.values()), "pass^k": {}}
+    for k in range(1, max_k + 1):
+        vals = [pass_hat_k(n, c, k) for n, c in counts.values() if n >= k]
+        if vals:
+            out["pass^k"][str(k)] = round(sum(vals) / len(vals), 6)
+    return out
+
+
+def passk_report(results: list[dict[str, Any]], max_k: int | None = None, agent_only: bool = True) -> dict[str, Any]:
+    """results: one row per trajectory {scenario_id, domain, passed, n_gold_calls, attribution}.
+
+    Returns {"overall", "domains": {domain: ...}, "by_gold_calls": {n: {"trials", "accuracy"}},
+    "excluded"}; each pass^k block maps str(k) to the mean over scenarios with >= k trials."""
+    per: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    by_calls: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    excluded = 0
+    for r in results:
+        if agent_only and not r["passed"] and r.get("attribution") in ("user", "environment"):
+            excluded += 1
+            continue
+        cell = per[(r["domain"], r["scenario_id"])]
+        cell[0] += 1
+        cell[1] += int(bool(r["passed"]))
+        bc = by_calls[int(r.get("n_gold_calls", 0))]
+        bc[0] += 1
+        bc[1] += int(bool(r["passed"]))
+    top_k = max_k or max((n for n, _ in per.values()), default=1)
+    domains: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)
+    for (d, s), (n, c) in per.items():
+        domains[d][s] = (n, c)
+    overall = {f"{d}/{s}": tuple(v) for (d, s), v in per.items()}
+    return {"overall": _mean_passk(overall, top_k),  # type: ignore[arg-type]
+            "domains": {d: _mean_passk(v, top_k) for d, v in sorted(domains.items())},
+            "by_gold_calls": {str(n): {"trials": t, "accuracy": round(c / t, 6)} for n, (t, c) in sorted(by_calls.items())},
+            "excluded": excluded, "agent_only": agent_only}

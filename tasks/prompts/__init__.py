@@ -1,0 +1,1 @@
+"""Prompt templates of the LLM stages (plain string constants: easy to read, diff and test)."""

@@ -1,0 +1,208 @@
+"""Run report: markdown + HTML with matplotlib PNGs (Agg), written to `<ws>/reports/<run>/`.
+
+Sections: the data funnel (tools -> domains -> environments -> scenarios -> trajectories ->
+verified -> SFT rows, counted from the workspace), domain sizes, and, when an evaluation of the
+run exists (`reports/eval-<run>.json`), pass^k curves per domain, accuracy vs number of gold
+tool calls, failure attribution and reasons. `report_markdown(...)` returns the markdown the
+lead attaches to the Prefect run as an artifact.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_text, read_jsonl
+
+
+def _count_lines(path: Path) -> int:
+    return len(read_jsonl(path)) if path.exists() else 0
+
+
+def _parquet_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def funnel(ws: Workspace, run_id: str | None = None) -> dict[str, int]:
+    """Counts along the pipeline, from what is on disk (a missing stage counts 0)."""
+    tools = _parquet_rows(ws.tools_path) if ws.tools_path.exists() else 0
+    domains = len(json.loads(ws.domains_path.read_text("utf-8"))) if ws.domains_path.exists() else 0
+    envs = ws.domain_ids()
+    scenarios = sum(_count_lines(ws.domain_dir(d) / "scenarios.jsonl") for d in envs)
+    runs = [run_id] if run_id else [p.name for p in sorted((ws.root / "rollouts").glob("*")) if p.is_dir()]
+    trajs = verified = 0
+    for r in runs:
+        for row in read_jsonl(ws.rollout_dir(r) / "trajectories.jsonl") if (ws.rollout_dir(r) / "trajectories.jsonl").exists() else []:
+            trajs += 1
+            verified += int(bool((row.get("verdict") or {}).get("passed")))
+    sft = sum(_parquet_rows(p) for p in sorted(ws.sft_dir.glob("stage*/*.parquet")))
+    return {"tools": tools, "domains": domains, "environments": len(envs), "scenarios": scenarios,
+            "trajectories": trajs, "verified": verified, "sft_rows": sft}
+
+
+def domain_sizes(ws: Workspace) -> list[int]:
+    """Tools per discovered domain (graph/domains.json), or per environment when no graph exists."""
+    if ws.domains_path.exists():
+        return [len(d.get("tools") or d.get("names") or []) for d in json.loads(ws.domains_path.read_text("utf-8"))]
+    sizes = []
+    for d in ws.domain_ids():
+        spec = json.loads((ws.domain_dir(d) / "spec.json").read_text("utf-8"))
+        sizes.append(len(spec.get("tools", [])))
+    return sizes
+
+
+def load_eval(ws: Workspace, run_id: str | None) -> dict[str, Any] | None:
+    if run_id is None:
+        return None
+    path = ws.reports_dir / f"eval-{run_id}.json"
+    return json.loads(path.read_text("utf-8")) if path.exists() else None
+
+
+# ------------------------------------------------------------------------------------ plots
+def _png(fig: Any, path: Path) -> Path:
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_passk(ev: dict[str, Any], path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    block = ev["pass^k"]
+    for name, b in [("overall", block["overall"])] + sorted(block["domains"].items()):
+        ks = sorted(int(k) for k in b["pass^k"])
+        if ks:
+            ax.plot(ks, [b["pass^k"][str(k)] for k in ks], marker="o", label=name[:24],
+                    linewidth=2.5 if name == "overall" else 1.2)
+    ax.set(xlabel="k", ylabel="pass^k", ylim=(0, 1.02), title="pass^k (agent-attributed trials)")
+    ax.legend(fontsize=7)
+    return _png(fig, path)
+
+
+def plot_by_calls(ev: dict[str, Any], path: Path) -> Path:
+    plt = _plt()
+    by = ev["pass^k"]["by_gold_calls"]
+    ns = sorted(by, key=int)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar([str(n) for n in ns], [by[n]["accuracy"] for n in ns], color="tab:blue")
+    for i, n in enumerate(ns):
+        ax.text(i, by[n]["accuracy"] + 0.01, f"n={by[n]['trials']}", ha="center", fontsize=7)
+    ax.set(xlabel="gold tool calls in the scenario", ylabel="accuracy (per trial)", ylim=(0, 1.05),
+           title="accuracy vs number of tool calls")
+    return _png(fig, path)
+
+
+def plot_funnel(counts: dict[str, int], path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = list(counts)
+    ax.barh(names[::-1], [counts[n] for n in names][::-1], color="tab:green")
+    for i, n in enumerate(names[::-1]):
+        ax.text(counts[n], i, f" {counts[n]}", va="center", fontsize=8)
+    ax.set(xscale="symlog", xlabel="count (symlog)", title="data funnel")
+    return _png(fig, path)
+
+
+def plot_domain_sizes(sizes: list[int], path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.hist(sizes or [0], bins=min(30, max(1, len(set(sizes)))), color="tab:orange")
+    ax.set(xlabel="tools per domain", ylabel="domains", title=f"domain sizes ({len(sizes)} domains)")
+    return _png(fig, path)
+
+
+# ---------------------------------------------------------------------------------- markdown
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{100 * float(x):.1f}%"
+
+
+def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int], ev: dict[str, Any] | None = None,
+                    images: dict[str, str] | None = None) -> str:
+    """The run report as markdown (image links relative to the report folder)."""
+    images = images or {}
+    out = [f"# AgentScaler report: {run_id or 'workspace'}", "", "## Funnel", "",
+           _table(["stage", "count"], [[k, v] for k, v in counts.items()])]
+    if "funnel" in images:
+        out += ["", f"![funnel]({images['funnel']})"]
+    out += ["", "## Domains", "", f"{len(sizes)} domains; tools per domain: "
+            + (f"min {min(sizes)}, median {sorted(sizes)[len(sizes) // 2]}, max {max(sizes)}" if sizes else "none")]
+    if "domain_sizes" in images:
+        out += ["", f"![domain sizes]({images['domain_sizes']})"]
+    if ev:
+        block = ev["pass^k"]
+        ks = sorted({int(k) for b in [block["overall"], *block["domains"].values()] for k in b["pass^k"]})
+        rows = [[name, b["scenarios"], b["trials"], *[_pct(b["pass^k"].get(str(k))) for k in ks]]
+                for name, b in [("**overall**", block["overall"]), *sorted(block["domains"].items())]]
+        out += ["", "## Evaluation", "",
+                f"model `{ev.get('model', '?')}`, suite {ev.get('suite', '?')}, split {ev.get('split', '?')}, "
+                f"k = {ev.get('k')}; {ev.get('trajectories')} trajectories, accuracy {_pct(ev.get('accuracy'))}; "
+                f"{block.get('excluded', 0)} trials failed by the user simulator or the environment left out of pass^k.",
+                "", _table(["domain", "scenarios", "trials", *[f"pass^{k}" for k in ks]], rows)]
+        if "passk" in images:
+            out += ["", f"![pass^k]({images['passk']})"]
+        by = block["by_gold_calls"]
+        out += ["", "### Accuracy by number of gold tool calls", "",
+                _table(["gold calls", "trials", "accuracy"], [[n, by[n]["trials"], _pct(by[n]["accuracy"])]
+                                                              for n in sorted(by, key=int)])]
+        if "by_calls" in images:
+            out += ["", f"![accuracy vs calls]({images['by_calls']})"]
+        out += ["", "### Failures", "", _table(["attribution", "trials"], sorted((ev.get("attribution") or {}).items())),
+                "", _table(["reason", "trials"], sorted((ev.get("reasons") or {}).items(), key=lambda kv: -kv[1]))]
+    return "\n".join(out) + "\n"
+
+
+def markdown_to_html(md: str, title: str) -> str:
+    try:
+        import markdown
+
+        body = markdown.markdown(md, extensions=["tables"])
+    except ImportError:  # the markdown package is optional: show the source
+        body = f"<pre>{html.escape(md)}</pre>"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:2px 8px}img{max-width:100%}</style></head>"
+            f"<body>{body}</body></html>\n")
+
+
+def write_report(ws: Workspace, run_id: str | None = None) -> dict[str, Any]:
+    """Write reports/<run>/report.md, report.html and the PNGs; returns their paths and the markdown."""
+    name = run_id or "workspace"
+    out_dir = ws.reports_dir / name
+    counts = funnel(ws, run_id)
+    sizes = domain_sizes(ws)
+    ev = load_eval(ws, run_id)
+    images = {"funnel": plot_funnel(counts, out_dir / "funnel.png").name,
+              "domain_sizes": plot_domain_sizes(sizes, out_dir / "domain_sizes.png").name}
+    if ev and ev["pass^k"]["overall"]["pass^k"]:
+        images["passk"] = plot_passk(ev, out_dir / "passk.png").name
+        images["by_calls"] = plot_by_calls(ev, out_dir / "accuracy_by_calls.png").name
+    md = report_markdown(run_id, counts, sizes, ev, images)
+    atomic_write_text(out_dir / "report.md", md)
+    atomic_write_text(out_dir / "report.html", markdown_to_html(md, f"AgentScaler report {name}"))
+    return {"dir": str(out_dir), "markdown": str(out_dir / "report.md"), "html": str(out_dir / "report.html"),
+            "images": {k: str(out_dir / v) for k, v in images.items()}, "funnel": counts, "has_eval": ev is not None}

@@ -1,0 +1,100 @@
+"""Held-out evaluation. `summarize` is tested on hand-built verdicts (our arithmetic); the end-to-end
+tests run the real rollout engine against the *scripted* OpenAI-compatible endpoint
+(benchmarks/scripted_llm.py: an oracle agent that calls the gold calls, or a chatty one that never
+calls a tool; not a model: these tests are about our evaluation plumbing). One `-m llm` test runs
+the real local SmolLM2 server."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from agentscaler.llm_server import free_port
+from agentscaler.models import GoldCall, Scenario, Trajectory, Verdict
+from agentscaler.workspace import Workspace
+from tasks.evaluate import eval_path, evaluate, summarize
+from tasks.rollout import RolloutConfig
+from tasks.scenarios import build_scenarios
+from tests.conftest import ROOT, load_shop_builder
+
+UNSAFE = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    ws = Workspace(tmp_path_factory.mktemp("evaluate"))
+    load_shop_builder()(ws.domain_dir("shop"))
+    build_scenarios(ws, "shop", per_domain=4, seed=5)
+    return ws
+
+
+@contextlib.contextmanager
+def scripted(ws: Workspace, mode: str):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.scripted_llm", "--port", str(port), "--delay", "0.0",
+                             "--mode", mode, "--scenarios", str(ws.domain_dir("shop") / "scenarios.jsonl")],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        for _ in range(300):
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/models", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _sc(sid: str, n_calls: int) -> Scenario:
+    return Scenario(id=sid, domain="d1", read_only=False, intent="x", gold_hash="g", seed_hash="s",
+                    gold_calls=[GoldCall(name="f", arguments={}) for _ in range(n_calls)])
+
+
+def _tr(sid: str, trial: int, passed: bool, attribution: str = "agent") -> Trajectory:
+    return Trajectory(id=f"{sid}{trial}", run_id="r", scenario_id=sid, domain="d1", trial=trial, messages=[],
+                      end_reason="user_stop", verdict=Verdict(passed=passed, attribution="none" if passed else attribution,
+                                                              reasons=[] if passed else ["state_mismatch"]))
+
+
+def test_summarize_passk_by_calls_and_attribution():
+    scenarios = {"a": _sc("a", 1), "b": _sc("b", 3)}
+    trajs = [_tr("a", i, i < 2) for i in range(4)] + [_tr("b", i, True) for i in range(4)]
+    trajs.append(_tr("b", 4, False, attribution="user"))  # the user's fault: out of pass^k, in pass^k_raw
+    s = summarize(trajs, scenarios, k=4)
+    pk = s["pass^k"]["overall"]["pass^k"]
+    assert pk["1"] == pytest.approx((0.5 + 1.0) / 2)
+    assert pk["2"] == pytest.approx((1 / 6 + 1.0) / 2)  # C(2,2)/C(4,2) for a
+    assert pk["4"] == pytest.approx((0.0 + 1.0) / 2)
+    assert s["pass^k_raw"]["overall"]["pass^k"]["1"] == pytest.approx((0.5 + 0.8) / 2)
+    assert s["pass^k"]["by_gold_calls"] == {"1": {"trials": 4, "accuracy": 0.5}, "3": {"trials": 4, "accuracy": 1.0}}
+    assert s["attribution"] == {"agent": 2, "user": 1} and s["reasons"] == {"state_mismatch": 3}
+
+
+def test_evaluate_end_to_end_oracle_and_chatty(ws: Workspace):
+    cfg = RolloutConfig(unsafe=UNSAFE, max_turns=4)
+    with scripted(ws, "oracle") as url:
+        good = evaluate(ws, url, model="oracle", k=2, split="all", cfg=cfg, concurrency=4)
+    with scripted(ws, "chatty") as url:
+        bad = evaluate(ws, url, model="chatty", k=2, split="all", cfg=cfg, concurrency=4)
+    assert good["trajectories"] == bad["trajectories"] == 2 * good["scenarios"] > 0
+    assert good["pass^k"]["overall"]["pass^k"]["2"] >= 0.75, good["reasons"]
+    assert bad["passed"] == 0 and bad["attribution"].get("agent", 0) > 0
+    saved = json.loads(eval_path(ws, good["run_id"]).read_text())
+    assert saved["pass^k"] == good["pass^k"] and saved["model"] == "oracle" and saved["k"] == 2
+
+
+@pytest.mark.llm
+def test_evaluate_with_local_smollm2(ws: Workspace, local_llm):
+    rep = evaluate(ws, local_llm, k=1, split="all", max_scenarios=1,
+                   cfg=RolloutConfig(unsafe=UNSAFE, max_turns=2, max_steps=2, max_tokens=128), concurrency=1)
+    assert rep["trajectories"] == 1 and rep["verified"] == 1
+    assert set(rep["pass^k"]["overall"]["pass^k"]) <= {"1"}
