@@ -67,6 +67,106 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
     Console().print(summary["counts"])
 
 
+# --- orchestration: the whole pipeline, per-stage flows, retry-failed, the demo -------------------
+
+def _run_flow_or_deployment(flow_name: str, deployment: Optional[str], params: dict[str, Any]) -> dict[str, Any]:
+    """Run a flow locally (ephemeral Prefect), or trigger its deployment on the configured server."""
+    if deployment:
+        from prefect.deployments import run_deployment
+
+        name = deployment if "/" in deployment else f"{flow_name}/{deployment}"
+        fr = run_deployment(name=name, parameters=params, timeout=0)
+        return {"deployment": name, "flow_run_id": str(fr.id), "state": fr.state.name if fr.state else None}
+    import importlib
+
+    module = importlib.import_module(f"flows.{flow_name.replace('-', '_')}")
+    fn = getattr(module, f"{flow_name.replace('-', '_')}_flow")
+    return fn(**params)
+
+
+@app.command("run")
+def run_cmd(sources: list[str] = typer.Argument(..., help="Files, folders, or corpus names (bfcl, tau2, nestful)."),
+            synth: str = typer.Option("rules", "--synth", help="rules | llm"),
+            per_domain: int = typer.Option(10, "--per-domain", help="Scenarios per domain."),
+            domains_limit: Optional[int] = typer.Option(None, "--domains-limit", help="Build at most N domains."),
+            llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL, or 'local'."),
+            model: str = typer.Option("smollm2-135m", "--model", help="Model name at the endpoint."),
+            user: str = typer.Option("scripted", "--user", help="scripted | llm"),
+            trials: int = typer.Option(1, "--trials", help="Rollout trials per training scenario."),
+            rollout_domains: Optional[int] = typer.Option(None, "--rollout-domains", help="Roll out on at most N domains."),
+            rollout_per_domain: Optional[int] = typer.Option(None, "--rollout-per-domain", help="Scenarios per domain to roll out."),
+            train: bool = typer.Option(True, "--train/--no-train", help="Run two-stage SFT."),
+            max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Cap SFT optimizer steps."),
+            evaluate: bool = typer.Option(True, "--evaluate/--no-evaluate", help="Evaluate on held-out scenarios."),
+            k: int = typer.Option(2, "--k", help="Evaluation trials per scenario."),
+            eval_max_scenarios: Optional[int] = typer.Option(8, "--eval-max-scenarios", help="Held-out scenarios to evaluate."),
+            deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment on the Prefect server instead."),
+            as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The whole pipeline: ingest -> discover -> environments -> scenarios -> rollouts -> SFT -> evaluation."""
+    params = {"workspace": str(workspace_path().resolve()), "sources": sources, "synth": synth, "per_domain": per_domain,
+              "domains_limit": domains_limit, "llm": llm, "model": model, "user": user, "trials": trials,
+              "rollout_domains": rollout_domains, "rollout_per_domain": rollout_per_domain, "train": train,
+              "max_steps": max_steps, "evaluate": evaluate, "k": k, "eval_max_scenarios": eval_max_scenarios}
+    out = _run_flow_or_deployment("pipeline", deployment, params)
+    if as_json:
+        emit(out)
+        return
+    Console().print(out.get("funnel", out))
+
+
+@app.command("build")
+def build_cmd(synth: str = typer.Option("rules", "--synth", help="rules | llm"),
+              per_domain: int = typer.Option(20, "--per-domain", help="Scenarios per domain."),
+              max_length: int = typer.Option(4, "--max-length", help="Longest walk."),
+              seed: int = typer.Option(0, "--seed"),
+              limit: Optional[int] = typer.Option(None, "--limit", help="At most N domains."),
+              deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
+              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Flow build_environments: synthesize + scenarios, one Prefect task per domain."""
+    out = _run_flow_or_deployment("build-environments", deployment, {
+        "workspace": str(workspace_path().resolve()), "synth": synth, "per_domain": per_domain,
+        "max_length": max_length, "seed": seed, "limit": limit})
+    emit(out) if as_json else Console().print(out)
+
+
+@app.command("collect")
+def collect_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL, or 'local'."),
+                model: str = typer.Option("smollm2-135m", "--model"),
+                user: str = typer.Option("scripted", "--user", help="scripted | llm"),
+                trials: int = typer.Option(1, "--trials"),
+                split: str = typer.Option("train", "--split", help="train | heldout | all"),
+                per_domain: Optional[int] = typer.Option(None, "--per-domain", help="Scenarios per domain."),
+                deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
+                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Flow collect_experience: rollouts + verification, one Prefect task per domain."""
+    out = _run_flow_or_deployment("collect-experience", deployment, {
+        "workspace": str(workspace_path().resolve()), "llm": llm, "model": model, "user": user, "trials": trials,
+        "split": split, "per_domain": per_domain})
+    emit(out) if as_json else Console().print(out)
+
+
+@app.command("retry-failed")
+def retry_failed_cmd(deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
+                     as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Re-run only the domains whose status is failed, reusing everything finished."""
+    out = _run_flow_or_deployment("retry-failed", deployment, {"workspace": str(workspace_path().resolve())})
+    emit(out) if as_json else Console().print(out)
+
+
+@app.command("demo")
+def demo_cmd(minutes: int = typer.Option(20, "--minutes", help="Time budget the demo is sized for."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The main job on the embedded default: fetch corpora, run the whole pipeline, print the report path."""
+    from agentscaler.demo import run_demo
+
+    out = run_demo(workspace_path().resolve())
+    if as_json:
+        emit(out)
+        return
+    Console().print(out["funnel"])
+    Console().print(f"report: {out['report']}")
+
+
 # --- stage commands are added below, one section per stage --------------------------------------
 
 

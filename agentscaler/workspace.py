@@ -6,10 +6,12 @@ place, so a crash never leaves a half-written file under its final name.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,22 @@ def read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock (fcntl.flock) on `path` for the block; waits for other holders.
+
+    The kernel drops the lock when its holder dies (even by SIGKILL), so a crash never leaves a
+    stale lock behind. Used to build each domain once when two runs share a workspace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 class Workspace:
     """Paths of one workspace. Creating it makes the folders; nothing else happens here."""
 
@@ -89,6 +107,10 @@ class Workspace:
 
     def domain_dir(self, domain_id: str) -> Path:
         return self.root / "domains" / domain_id
+
+    def domain_lock(self, domain_id: str):
+        """Context manager: the exclusive lock of one domain's folder (domains/<id>/.lock)."""
+        return file_lock(self.domain_dir(domain_id) / ".lock")
 
     def rollout_dir(self, run_id: str) -> Path:
         return self.root / "rollouts" / run_id

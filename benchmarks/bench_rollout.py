@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,7 +87,6 @@ def main() -> None:
                     th.start()
                     return await rollout_async(ws, scen, "bench", c, trials=a.trials, cfg=cfg)
 
-            t0 = time.monotonic()
             cpu0 = os.times()
             rep = asyncio.run(go())
             cpu1 = os.times()
@@ -115,13 +115,14 @@ def main() -> None:
                "slot_utilization_whole_run_server": round(whole, 4) if whole is not None else None,
                "slot_utilization_whole_run_client": rep["slot_utilization"],
                "sims_per_hour_per_process": rep["sims_per_hour"],
-               "median_conversation_s": rep["median_conversation_s"], "end_reasons": rep["end_reasons"],
+               "median_conversation_s": rep["median_conversation_s"],
+               "median_split_s": {k: round(statistics.median(t.timings.get(k, 0.0) for t in trajs), 4)
+                                  for k in ("agent_llm_s", "tool_s", "goal_check_s")}, "end_reasons": rep["end_reasons"],
                "llm_requests": rep["llm"].get("rollout_agent", {}).get("server_calls"), "errors": rep["errors"][:5],
                "engine_cpu_s": round(cpu1.user - cpu0.user + cpu1.system - cpu0.system, 2),
                "server_cpu_s": round(server_cpu, 2), "load_average": os.getloadavg(),
                "tau2_reference_utilization": round(21.6 / 30, 3)}
         print(json.dumps(out, indent=2))
-        _ = t0
 
 
 if __name__ == "__main__":

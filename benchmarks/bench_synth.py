@@ -163,7 +163,7 @@ def main() -> None:
     else:
         domains = [(f"syn{i:05d}", synthetic_domain(i)) for i in range(args.domains)]
     tmp = Path(tempfile.mkdtemp(prefix="bench_synth_"))
-    gen_t, val_t, per_source = [], [], {}
+    gen_t, val_t, rules_t, per_source = [], [], [], {}
     fails: Counter = Counter()
     totals = Counter()
     errors = []
@@ -173,6 +173,7 @@ def main() -> None:
         t0 = time.perf_counter()
         try:
             syn = synthesize_rules(did, tools)
+            rules_t.append(time.perf_counter() - t0)
             d = tmp / did
             d.mkdir()
             atomic_write_text(d / "tools.py", syn.tools_py)
@@ -213,6 +214,9 @@ def main() -> None:
         "tools": sum(len(t) for _, t in domains),
         "generate_total_s": round(gen_total, 2), "generate_domains_per_s": round(len(dirs) / gen_total, 1),
         "generate_median_ms": round(statistics.median(gen_t) * 1000, 2) if gen_t else None,
+        "rules_median_ms": round(statistics.median(rules_t) * 1000, 2) if rules_t else None,
+        "seed_and_files_median_ms": round((statistics.median(gen_t) - statistics.median(rules_t)) * 1000, 2)
+        if rules_t else None,
         "validated_domains": len(sample), "validate_total_s": round(val_total, 2),
         "validate_domains_per_s": round(len(sample) / val_total, 2) if val_total else None,
         "validate_median_ms": round(statistics.median(val_t) * 1000, 1) if val_t else None,

@@ -32,7 +32,7 @@ from tasks.graph import build_graph, input_keys, output_keys, save_graph, undire
 # Cosine scales differ per embedding; tuned on tests/data/labelled_tools.json (see README / report).
 EMBED_DEFAULTS: dict[str, dict[str, float]] = {
     "minilm": {"threshold": 0.45, "flow_min_sim": 0.30, "attach_min_sim": 0.30, "group_min_sim": 0.30, "drop_min_sim": 0.15},
-    "fast": {"threshold": 0.50, "flow_min_sim": 0.35, "attach_min_sim": 0.35, "group_min_sim": 0.30, "drop_min_sim": 0.30},
+    "fast": {"threshold": 0.60, "flow_min_sim": 0.50, "attach_min_sim": 0.40, "group_min_sim": 0.40, "drop_min_sim": 0.30},
 }
 
 

@@ -142,7 +142,8 @@ def _pct(x: Any) -> str:
 
 
 def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int], ev: dict[str, Any] | None = None,
-                    images: dict[str, str] | None = None) -> str:
+                    images: dict[str, str] | None = None, bfcl: list[dict[str, Any]] | None = None,
+                    contamination: dict[str, Any] | None = None) -> str:
     """The run report as markdown (image links relative to the report folder)."""
     images = images or {}
     out = [f"# AgentScaler report: {run_id or 'workspace'}", "", "## Funnel", "",
@@ -173,6 +174,22 @@ def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int]
             out += ["", f"![accuracy vs calls]({images['by_calls']})"]
         out += ["", "### Failures", "", _table(["attribution", "trials"], sorted((ev.get("attribution") or {}).items())),
                 "", _table(["reason", "trials"], sorted((ev.get("reasons") or {}).items(), key=lambda kv: -kv[1]))]
+        agr = ev.get("tau2_agreement")
+        if agr:
+            out += ["", f"tau2's own evaluator agrees with our DB verdict on {agr['agree']} of {agr['cases']} "
+                        f"action sequences ({_pct(agr['agreement_rate'])})."]
+    if bfcl:
+        out += ["", "## BFCL (AST matcher)", "",
+                _table(["category", "model", "tool choice", "items", "accuracy"],
+                       [[b.get("category"), b.get("model"), b.get("tool_choice", "auto"), b.get("items"),
+                         _pct(b.get("accuracy"))] for b in bfcl])]
+    if contamination:
+        p = contamination.get("params", {})
+        out += ["", "## Contamination", "",
+                f"{contamination.get('flagged', 0)} of {contamination.get('scenarios', 0)} scenarios flagged "
+                f"({contamination.get('flagged_train', 0)} in train, kept out of SFT export); intent cosine >= "
+                f"{p.get('intent_threshold')}, call Jaccard >= {p.get('calls_threshold')}; by kind: "
+                f"{contamination.get('by_kind', {})}."]
     return "\n".join(out) + "\n"
 
 
@@ -201,7 +218,10 @@ def write_report(ws: Workspace, run_id: str | None = None) -> dict[str, Any]:
     if ev and ev["pass^k"]["overall"]["pass^k"]:
         images["passk"] = plot_passk(ev, out_dir / "passk.png").name
         images["by_calls"] = plot_by_calls(ev, out_dir / "accuracy_by_calls.png").name
-    md = report_markdown(run_id, counts, sizes, ev, images)
+    bfcl = [json.loads(p.read_text("utf-8")) for p in sorted(ws.reports_dir.glob("bfcl-*.json"))]
+    cont_path = ws.reports_dir / "contamination.json"
+    cont = json.loads(cont_path.read_text("utf-8")) if cont_path.exists() else None
+    md = report_markdown(run_id, counts, sizes, ev, images, bfcl, cont)
     atomic_write_text(out_dir / "report.md", md)
     atomic_write_text(out_dir / "report.html", markdown_to_html(md, f"AgentScaler report {name}"))
     return {"dir": str(out_dir), "markdown": str(out_dir / "report.md"), "html": str(out_dir / "report.html"),

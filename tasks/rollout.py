@@ -16,6 +16,10 @@ Trajectories are appended to `rollouts/<run-id>/trajectories.jsonl` as each fini
 flush, fsync under an exclusive run lock), so a crash loses at most the conversations in
 flight; a torn last line is cut off on the next start; trajectory ids are content hashes of
 (run id, scenario id, trial) and a resumed run skips ids already in the file.
+
+Trajectory.tokens holds token counts (agent_prompt, agent_completion, user_prompt,
+user_completion) and event counts prefixed `n_` (n_tool_calls, n_tool_errors, n_format_errors,
+n_stop_refused, n_turn_retries, n_sandbox_errors, n_step_limit...), which the verifier reads.
 """
 
 from __future__ import annotations
@@ -108,7 +112,8 @@ class TrajectoryWriter:
         self._repair_tail()
         self.ids = {r.get("id") for r in read_jsonl(self.path)} if self.path.exists() else set()
         self._fh = open(self.path, "a", encoding="utf-8")
-        self._alock: asyncio.Lock | None = None
+        self._pending: list[tuple[str, str, Any]] = []
+        self._flushing = False
 
     def _repair_tail(self) -> None:
         """Cut a torn last line (crash mid-append) so the next append starts on a fresh line."""
@@ -123,23 +128,37 @@ class TrajectoryWriter:
             os.fsync(fh.fileno())
 
     def append_sync(self, traj: Trajectory) -> None:
-        self._fh.write(traj.model_dump_json() + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self.ids.add(traj.id)
+        self._append_lines([(traj.model_dump_json() + "\n", traj.id)])
 
     async def append(self, traj: Trajectory, executor: Any = None) -> None:
-        if self._alock is None:
-            self._alock = asyncio.Lock()
-        line = traj.model_dump_json() + "\n"
-        async with self._alock:
-            await _blocking(executor, self._append_line, line, traj.id)
+        """Append and fsync; returns once the line is durable. Lines finishing together share one
+        fsync (group commit), so the disk does not serialize the conversations."""
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((traj.model_dump_json() + "\n", traj.id, fut))
+        if not self._flushing:
+            self._flushing = True
+            try:
+                while self._pending:
+                    batch, self._pending = self._pending, []
+                    try:
+                        await _blocking(executor, self._append_lines, [(line, tid) for line, tid, _ in batch])
+                    except BaseException as exc:  # noqa: BLE001 - every waiter of the batch learns it
+                        for _, _, f in batch:
+                            if not f.done():
+                                f.set_exception(exc)
+                        continue
+                    for _, _, f in batch:
+                        if not f.done():
+                            f.set_result(None)
+            finally:
+                self._flushing = False
+        await fut
 
-    def _append_line(self, line: str, traj_id: str) -> None:
-        self._fh.write(line)
+    def _append_lines(self, lines: list[tuple[str, str]]) -> None:
+        self._fh.write("".join(line for line, _ in lines))
         self._fh.flush()
         os.fsync(self._fh.fileno())
-        self.ids.add(traj_id)
+        self.ids.update(tid for _, tid in lines)
 
     def close(self) -> None:
         self._fh.close()
@@ -383,22 +402,27 @@ async def rollout_async(ws: Workspace, scenarios: list[Scenario], run_id: str, c
                     failed_domains.setdefault(s.domain, f"{type(exc).__name__}: {exc}"[:300])
                     return
                 broken = False
+                traj = None
                 try:
                     await _blocking(executor, env.reset, s)
                     user = (ScriptedUser(s, cfg.patience) if cfg.user == "scripted"
-                            else LLMUser(s, user_client or client, k, cfg.user_temperature,
-                                                                 cfg.user_max_tokens))
+                            else LLMUser(s, user_client or client, k, cfg.user_temperature, cfg.user_max_tokens))
                     tools, system = setup[s.domain]
                     traj = await run_conversation(s, k, run_id, client, env, user, cfg, tools, system, executor)
                     broken = traj.end_reason == "fatal_error" and (traj.error or "").startswith("environment")
-                    await writer.append(traj, executor)
-                    end_reasons[traj.end_reason] += 1
-                    durations.append(traj.timings.get("total_s", 0.0))
                 except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
                     broken = True
                     errors.append(f"{s.id}#{k}: {type(exc).__name__}: {exc}"[:300])
                 finally:
                     await pool.release(env, broken)
+            if traj is not None:  # outside the slot: the next conversation starts while this one is written
+                try:
+                    await writer.append(traj, executor)
+                except OSError as exc:
+                    errors.append(f"{s.id}#{k}: not written: {type(exc).__name__}: {exc}"[:300])
+                    return
+                end_reasons[traj.end_reason] += 1
+                durations.append(traj.timings.get("total_s", 0.0))
 
         samples: list[float] = []
         stop = asyncio.Event()

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentscaler.hashing import content_hash
 from agentscaler.models import GoldCall, Scenario
-from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl, read_jsonl
+from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl, file_lock, read_jsonl
 from envs.spec import DomainSpec, ToolSpec
 from tasks.intent import IntentWriter, write_intent
 
@@ -644,6 +644,19 @@ def build_scenarios(ws_or_domain_dir: Workspace | Path | str, domain_id: str, pe
                     max_length: int = 4, seed: int = 0, *, env: Any = None, force: bool = False,
                     unsafe: bool = False, intent_writer: IntentWriter | None = None,
                     **options: Any) -> dict[str, Any]:
+    """Build and write domains/<id>/scenarios.jsonl; returns the report (see `_build_scenarios`).
+
+    Holds the domain's lock (domains/<id>/.lock), so two runs on one workspace build it once."""
+    domain_dir, _ = _resolve(ws_or_domain_dir, domain_id)
+    with file_lock(domain_dir / ".lock"):
+        return _build_scenarios(ws_or_domain_dir, domain_id, per_domain, max_length, seed, env=env, force=force,
+                                unsafe=unsafe, intent_writer=intent_writer, **options)
+
+
+def _build_scenarios(ws_or_domain_dir: Workspace | Path | str, domain_id: str, per_domain: int = 20,
+                     max_length: int = 4, seed: int = 0, *, env: Any = None, force: bool = False,
+                     unsafe: bool = False, intent_writer: IntentWriter | None = None,
+                     **options: Any) -> dict[str, Any]:
     """Build and write domains/<id>/scenarios.jsonl; returns the report.
 
     Skips (report["skipped"] = True) when the file exists for the same params and environment.

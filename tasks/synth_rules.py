@@ -282,9 +282,14 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
             else:
                 action = "update" if id_ents or any(e == "" for _, e in ids) else "create"
             if action == "create":
-                entity = "_".join(core[-2:]) if core else (id_ents[-1] if id_ents else ("_".join(phrase[-2:]) or "record"))
-                if not core and id_ents:
-                    action = "update"
+                if core:
+                    entity = "_".join(core[-2:])
+                elif phrase and phrase[-1] in id_ents:  # create_task(task_id, ...): the caller names the id
+                    entity = phrase[-1]
+                elif id_ents:  # add_to(cart_id, ...): a change to an existing record
+                    entity, action = id_ents[-1], "update"
+                else:
+                    entity = "_".join(phrase[-2:]) or "record"
             else:
                 scalar = [e for p, e in ids if e and _schema_type(p.schema) != "array"]
                 in_phrase = [e for e in scalar if e in phrase] or [e for e in id_ents if e in phrase]

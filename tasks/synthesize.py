@@ -74,7 +74,8 @@ def synthesize_domain(ws: Workspace, domain_record: dict[str, Any], tools: list[
     catalog = catalog or Catalog(ws.catalog_path)
     catalog.mark(domain_id, STAGE, "running")
     try:
-        spec = _build(ws, domain_id, domain_record, tools, synth, seed, validate, unsafe, synth_options)
+        with ws.domain_lock(domain_id):  # two runs on one workspace build a domain once: the second finds it
+            spec = _build(ws, domain_id, domain_record, tools, synth, seed, validate, unsafe, synth_options)
     except Exception as exc:
         catalog.mark(domain_id, STAGE, "failed", error=f"{type(exc).__name__}: {exc}")
         raise

@@ -179,22 +179,22 @@ def agreement(name: str, domain_dir: Path, scenarios: list[Scenario], sample: in
 
     rng = random.Random(seed)
     by_id = {s.id: s for s in scenarios}
-    cases: list[tuple[str, Scenario, list[dict[str, Any]]]] = []
-    for t in trajectories or []:
+    cases: list[tuple[str, Scenario, list[dict[str, Any]], str | None]] = []
+    for t in trajectories or []:  # our verdict there is the recorded one: the final hash of the live episode
         if t.scenario_id in by_id:
-            cases.append((f"trajectory:{t.id}", by_id[t.scenario_id], agent_calls(t.messages)))
+            cases.append((f"trajectory:{t.id}", by_id[t.scenario_id], agent_calls(t.messages), t.final_hash))
     picked = rng.sample(scenarios, min(sample, len(scenarios)))
     for s in picked:
         for label, calls in perturbations(s, rng):
-            cases.append((label, s, calls))
+            cases.append((label, s, calls, None))
     official = Tau2Official(name)
     rows = []
     with Environment.open(domain_dir, unsafe=unsafe_from_env()) as env:
-        for label, s, calls in cases:
+        for label, s, calls, recorded in cases:
             tid = scenario_task_id(s)
             if tid is None or tid not in official.tasks:
                 continue
-            ours = replay_ours(env, calls) == s.gold_hash
+            ours = (recorded if recorded is not None else replay_ours(env, calls)) == s.gold_hash
             theirs = official.db_match(tid, calls)
             rows.append({"task": tid, "case": label, "calls": len(calls), "ours": ours, "tau2": theirs,
                          "agree": ours == theirs})

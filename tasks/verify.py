@@ -62,9 +62,15 @@ class DomainTools:
             except Exception:  # noqa: BLE001 - an invalid schema validates nothing: every call is invalid
                 self.validators[t.name] = None
 
-    def valid(self, name: str, args: dict[str, Any]) -> bool:
-        v = self.validators.get(name)
-        return v is not None and v.is_valid(args)
+        self._seen: dict[str, bool] = {}  # call_key -> valid (the same calls recur across trials)
+
+    def valid(self, name: str, args: dict[str, Any], key: str | None = None) -> bool:
+        key = key or call_key(name, args)
+        ok = self._seen.get(key)
+        if ok is None:
+            v = self.validators.get(name)
+            ok = self._seen[key] = v is not None and v.is_valid(args)
+        return ok
 
 
 def _norm(v: Any) -> Any:
@@ -177,15 +183,16 @@ def verify_trajectory(traj: Trajectory, scenario: Scenario, tools: DomainTools, 
                     reasons.add("malformed_dialogue")
                     continue
                 args = _args(fn.get("arguments"))
+                key = call_key(name, args) if args is not None else ""
                 if args is None:
                     reasons.add("malformed_dialogue")
                 elif name not in tools.kinds:
                     reasons.add("unknown_tool")
-                elif not tools.valid(name, args):
+                elif not tools.valid(name, args, key):
                     reasons.add("invalid_arguments")
                 if args is not None:
                     agent_calls.append((name, args))
-                    call_counts[call_key(name, args)] += 1
+                    call_counts[key] += 1
                 pending[str(c.get("id"))] = (name, args)
         else:  # tool
             tcid = str(m.get("tool_call_id"))

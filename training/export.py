@@ -53,7 +53,7 @@ def stage_of(domain: str, target_domains: Iterable[str] | None = None) -> int:
     """2 for target verticals (listed domains, or any `tau2-*` domain when no list is given), else 1."""
     if target_domains is not None:
         return 2 if domain in set(target_domains) else 1
-    return 2 if domain.startswith("tau2-") else 1
+    return 2 if domain.startswith(("tau2_", "tau2-")) else 1
 
 
 def _text(content: Any) -> str:
@@ -239,6 +239,8 @@ def _to_dataset(rows: list[dict]):
     from datasets import Dataset
 
     feats = _features()
+    if not rows:  # an empty split (no stage-2 domains, no eval rows): from_list([]) loses the columns
+        return Dataset.from_dict({k: [] for k in feats}, features=feats)
     return Dataset.from_list([{k: r[k] for k in feats} for r in rows], features=feats)
 
 

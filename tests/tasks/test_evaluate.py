@@ -36,10 +36,10 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
 
 
 @contextlib.contextmanager
-def scripted(ws: Workspace, mode: str):
+def scripted(ws: Workspace, mode: str, domain: str = "shop"):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.scripted_llm", "--port", str(port), "--delay", "0.0",
-                             "--mode", mode, "--scenarios", str(ws.domain_dir("shop") / "scenarios.jsonl")],
+                             "--mode", mode, "--scenarios", str(ws.domain_dir(domain) / "scenarios.jsonl")],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/v1"
     try:
@@ -90,6 +90,23 @@ def test_evaluate_end_to_end_oracle_and_chatty(ws: Workspace):
     assert bad["passed"] == 0 and bad["attribution"].get("agent", 0) > 0
     saved = json.loads(eval_path(ws, good["run_id"]).read_text())
     assert saved["pass^k"] == good["pass^k"] and saved["model"] == "oracle" and saved["k"] == 2
+
+
+def test_evaluate_tau2_scored_as_tau2_with_agreement(tmp_path):
+    """tau2 retail's held-out tasks, the oracle agent (gold actions): tau2's DB check passes and
+    tau2's own evaluator agrees; a miss can only be information the oracle never says."""
+    from tasks.tau2_eval import tau2_domain_dir
+
+    ws = Workspace(tmp_path / "ws")
+    tau2_domain_dir(ws, "retail")
+    with scripted(ws, "oracle", "tau2_retail") as url:
+        rep = evaluate(ws, url, model="oracle", k=1, split="heldout", max_scenarios=2, tau2=["retail"],
+                       cfg=RolloutConfig(unsafe=UNSAFE, max_turns=3), concurrency=2, agreement_sample=1)
+    assert rep["suite"] == "tau2" and rep["domains"] == ["tau2_retail"]
+    assert rep["trajectories"] == rep["tau2_scored"] == 2
+    assert set(rep["reasons"]) <= {"info_not_communicated"}, rep["reasons"]
+    agr = rep["tau2_agreement"]
+    assert agr["cases"] >= 3 and agr["agreement_rate"] == 1.0, agr
 
 
 @pytest.mark.llm

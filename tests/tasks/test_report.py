@@ -54,5 +54,8 @@ def test_write_report_with_eval(ws: Workspace):
 def test_report_without_eval_and_markdown_function(ws: Workspace):
     out = write_report(ws, None)
     assert not out["has_eval"] and "passk" not in out["images"]
-    md = report_markdown("x", {"tools": 3, "domains": 1}, [3, 5], None)
+    md = report_markdown("x", {"tools": 3, "domains": 1}, [3, 5], None,
+                         bfcl=[{"category": "simple_python", "model": "m", "items": 8, "accuracy": 0.75}],
+                         contamination={"flagged": 2, "scenarios": 9, "params": {"intent_threshold": 0.92}})
     assert "| tools | 3 |" in md and "min 3, median 5, max 5" in md and "Evaluation" not in md
+    assert "| simple_python | m | auto | 8 | 75.0% |" in md and "2 of 9 scenarios flagged" in md

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -199,3 +198,20 @@ def test_cli_rollout_and_verify(ws: Workspace) -> None:
     rep = json.loads(res.stdout)
     assert rep["trajectories"] == 4 and rep["passed"] == 4 and rep["pass^k"]["overall"]["pass^k"]["2"] == 1.0
     assert runner.invoke(app, ["-w", str(ws.root), "verify", "--run", "nope", "--json"]).exit_code == 1
+
+
+@pytest.mark.slow
+def test_prefect_rollout_task_one_domain_batch(ws: Workspace, prefect_harness) -> None:
+    """The thin Prefect task (one domain's batch) in a real flow, against the scripted endpoint."""
+    from prefect import flow
+
+    from tasks.rollout import rollout_task
+
+    with scripted_server(ws) as url:
+        @flow
+        def one() -> dict:
+            return rollout_task(str(ws.root), "shop", url, "prefect", model="scripted", split="all", max_scenarios=2,
+                                cfg=_cfg().model_dump(), use_cache=False)
+
+        rep = one()
+    assert rep["written"] == 2 and rep["end_reasons"] == {"user_stop": 2}

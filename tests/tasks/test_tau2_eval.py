@@ -49,7 +49,8 @@ def test_score_trajectory_db_and_communicate(retail):
 
 def test_agreement_with_tau2_evaluator(retail):
     d, scenarios = retail
-    res = agreement("retail", d, scenarios, sample=2, seed=1)
-    assert res["cases"] >= 6
+    writes = [s for s in scenarios if not s.read_only]
+    res = agreement("retail", d, writes, sample=1, seed=1)  # gold, drop/mutate a write, reads only
+    assert res["cases"] >= 3
     assert res["agreement_rate"] == 1.0, res["disagreements"]
     assert 0 < res["tau2_pass"] < res["cases"]  # both passing and failing sequences were compared

@@ -1,0 +1,96 @@
+"""collect_experience: rollouts (simulated user <-> agent <-> sandboxed tools) + verification, per domain.
+
+One Prefect task per domain: its conversations run async with many in flight against the LLM
+endpoint(s), land in `rollouts/<run>--<domain>/trajectories.jsonl` as they finish, and are then
+verified. A re-run with the same parameters resumes (finished trajectories are skipped). With
+`llm="local"` the flow starts the local llama.cpp server for its duration.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from typing import Any
+
+from prefect import flow, task
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from agentscaler.catalog import Catalog
+from agentscaler.errors import transient_only
+from agentscaler.hashing import content_hash
+from agentscaler.workspace import Workspace
+from flows.common import fan_out, publish_markdown, run_record
+from tasks.rollout import RolloutConfig, run_rollouts, select_scenarios
+from tasks.verify import verify_run
+
+STAGE = "rollout"
+MAX_WORKERS = int(os.environ.get("AGENTSCALER_ROLLOUT_WORKERS", "4"))
+
+
+def experience_run_id(model: str, cfg: dict[str, Any], trials: int, split: str, per_domain: int | None) -> str:
+    return "x" + content_hash({"model": model, "cfg": cfg, "trials": trials, "split": split, "n": per_domain}, 10)
+
+
+@task(name="rollout-verify", retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=transient_only, tags=["rollout"])
+def experience_task(domain: str, workspace: str, base_url: str | list[str], prefix: str, model: str, trials: int,
+                    split: str, per_domain: int | None, cfg: dict[str, Any], concurrency: int) -> dict[str, Any]:
+    ws = Workspace(workspace)
+    catalog = Catalog(ws.catalog_path)
+    run_id = f"{prefix}--{domain}"
+    catalog.mark(domain, STAGE, "running")
+    try:
+        rollout = run_rollouts(ws, base_url, model=model, trials=trials, split=split, max_scenarios=per_domain,
+                               domains=[domain], cfg=RolloutConfig(**cfg), run_id=run_id, concurrency=concurrency)
+        verdicts = verify_run(ws, run_id)
+    except Exception as exc:
+        catalog.mark(domain, STAGE, "failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+    catalog.mark(domain, STAGE, "done", artifact=run_id)
+    return {"run_id": run_id, "trajectories": verdicts.get("trajectories", 0), "passed": verdicts.get("passed", 0),
+            "rollout": {k: rollout.get(k) for k in ("planned", "written", "skipped_existing", "slot_utilization", "wall_s")},
+            "reasons": verdicts.get("reasons", {})}
+
+
+@flow(name="collect-experience", task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
+def collect_experience_flow(workspace: str, llm: str = "local", model: str = "smollm2-135m", user: str = "scripted",
+                            trials: int = 1, split: str = "train", per_domain: int | None = None,
+                            domains: list[str] | None = None, concurrency: int = 8,
+                            max_turns: int = 6, max_tokens: int = 256) -> dict[str, Any]:
+    """Rollouts + verification for every domain that has scenarios of `split` (or only `domains`)."""
+    ws = Workspace(workspace)
+    catalog = Catalog(ws.catalog_path)
+    cfg = RolloutConfig(user=user, max_turns=max_turns, max_tokens=max_tokens).model_dump()
+    prefix = experience_run_id(model, cfg, trials, split, per_domain)
+    wanted = [d for d in (domains or ws.domain_ids()) if select_scenarios(ws, split, 1, [d])]
+    params = {"llm": llm, "model": model, "user": user, "trials": trials, "split": split, "per_domain": per_domain,
+              "domains": len(wanted), "prefix": prefix}
+    with run_record(catalog, "collect_experience", params) as summary:
+        server = _local_server() if llm == "local" else nullcontext(llm)
+        with server as base_url:
+            results, errors = fan_out(experience_task, wanted, key=str, workspace=str(ws.root), base_url=base_url,
+                                      prefix=prefix, model=model, trials=trials, split=split, per_domain=per_domain,
+                                      cfg=cfg, concurrency=concurrency)
+        summary.update(prefix=prefix, domains=len(wanted), failed=errors,
+                       run_ids=sorted(r["run_id"] for r in results.values()),
+                       trajectories=sum(r["trajectories"] for r in results.values()),
+                       verified=sum(r["passed"] for r in results.values()))
+        catalog.set_counts(summary["run_id"], "collect_experience",
+                           {"domains": len(wanted), "failed": len(errors), "trajectories": summary["trajectories"],
+                            "verified": summary["verified"]})
+        publish_markdown("collect-experience", _markdown(summary, results), "rollouts and verification")
+    return summary
+
+
+def _local_server():
+    from agentscaler.llm_server import local_server
+
+    return local_server()
+
+
+def _markdown(summary: dict[str, Any], results: dict[str, Any]) -> str:
+    lines = ["# collect_experience", "", f"trajectories {summary['trajectories']}, verified {summary['verified']}, "
+             f"failed domains {len(summary['failed'])}", "", "| domain | trajectories | passed | slot use |",
+             "|---|---|---|---|"]
+    for d, r in sorted(results.items()):
+        lines.append(f"| `{d}` | {r['trajectories']} | {r['passed']} | {r['rollout'].get('slot_utilization')} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,106 @@
+"""pipeline: the whole factory, ingest -> discover -> environments + scenarios -> experience -> SFT -> evaluation.
+
+Each stage is its own flow (a subflow here), so the Prefect UI shows them apart and any one can
+be re-run alone. Every stage skips finished work, so re-running the pipeline resumes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from agentscaler.catalog import Catalog
+from agentscaler.workspace import Workspace
+from flows.build_environments import build_environments_flow
+from flows.collect_experience import collect_experience_flow
+from flows.common import publish_markdown, run_record
+from flows.discover import discover_flow
+from flows.ingest import ingest_flow
+
+
+@flow(name="pipeline")
+def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_domain: int = 10,
+                  max_length: int = 4, seed: int = 0, domains_limit: int | None = None, tau2_verticals: bool = True,
+                  llm: str = "local", model: str = "smollm2-135m", user: str = "scripted", trials: int = 1,
+                  rollout_domains: int | None = None, rollout_per_domain: int | None = None,
+                  train: bool = True, max_steps: int | None = None, evaluate: bool = True, k: int = 2,
+                  eval_max_scenarios: int | None = 8) -> dict[str, Any]:
+    """Run every stage; the summary holds each stage's result and the funnel."""
+    ws = Workspace(workspace)
+    catalog = Catalog(ws.catalog_path)
+    params = {k_: v for k_, v in locals().items() if k_ not in ("ws", "catalog")}
+    with run_record(catalog, "pipeline", params) as summary:
+        summary["ingest"] = _brief(ingest_flow(str(ws.root), sources))
+        summary["discover"] = _brief(discover_flow(str(ws.root)))
+        summary["build"] = build_environments_flow(str(ws.root), synth=synth, seed=seed, per_domain=per_domain,
+                                                   max_length=max_length, limit=domains_limit)
+        if tau2_verticals and "tau2" in sources:
+            summary["tau2"] = add_tau2_verticals(ws)
+        train_domains = _domains_with(ws, "train")[:rollout_domains] if rollout_domains else None
+        summary["experience"] = collect_experience_flow(str(ws.root), llm=llm, model=model, user=user, trials=trials,
+                                                        split="train", per_domain=rollout_per_domain,
+                                                        domains=train_domains)
+        if train:
+            from flows.train_sft import train_sft_flow
+
+            summary["train"] = train_sft_flow(str(ws.root), max_steps=max_steps)
+        if evaluate:
+            from flows.evaluate import evaluate_flow
+
+            summary["evaluate"] = _brief(evaluate_flow(str(ws.root), llm=llm, model=model, k=k,
+                                                       max_scenarios=eval_max_scenarios))
+        summary["funnel"] = funnel(ws, summary)
+        summary["failed"] = {**summary["build"].get("failed", {}), **summary["experience"].get("failed", {})}
+        publish_markdown("pipeline-funnel", funnel_markdown(summary["funnel"]), "tools -> ... -> SFT rows")
+    return summary
+
+
+def add_tau2_verticals(ws: Workspace) -> dict[str, Any]:
+    """The stage-2 verticals: tau2 airline/retail as our environments, with tau2's tasks as scenarios.
+
+    tau2's train-split tasks are training scenarios (stage 2, target verticals); its test-split
+    tasks are held out for `agentscaler evaluate --tau2`."""
+    from tasks.scenarios import load_scenarios
+    from tasks.tau2_eval import DOMAINS, tau2_domain_dir
+
+    out: dict[str, Any] = {}
+    for name in DOMAINS:
+        d = tau2_domain_dir(ws, name).name
+        rows = load_scenarios(ws, d)
+        out[d] = {"train": sum(s.split == "train" for s in rows), "heldout": sum(s.split == "heldout" for s in rows)}
+    return out
+
+
+def _domains_with(ws: Workspace, split: str) -> list[str]:
+    from tasks.rollout import select_scenarios
+
+    return [d for d in ws.domain_ids() if select_scenarios(ws, split, 1, [d])]
+
+
+def _brief(result: dict[str, Any]) -> dict[str, Any]:
+    """Drop bulky per-item lists from a stage result kept in the pipeline summary."""
+    return {k: v for k, v in result.items() if not isinstance(v, list) or len(v) <= 20}
+
+
+def funnel(ws: Workspace, summary: dict[str, Any]) -> dict[str, int]:
+    """tools -> domains -> environments -> scenarios -> trajectories -> verified -> SFT rows."""
+    import json
+
+    from tasks.scenarios import load_scenarios
+
+    domains = json.loads(ws.domains_path.read_text()) if ws.domains_path.exists() else []
+    sft = 0
+    report = ws.sft_dir / "report.json"
+    if report.exists():
+        stages = json.loads(report.read_text()).get("stages", {})
+        sft = sum(sum((s.get("rows") or {}).values()) for s in stages.values())
+    exp = summary.get("experience") or {}
+    return {"tools": int((summary.get("ingest") or {}).get("total", 0)), "domains": len(domains),
+            "environments": len(ws.domain_ids()), "scenarios": len(load_scenarios(ws)),
+            "trajectories": int(exp.get("trajectories", 0)), "verified": int(exp.get("verified", 0)), "sft_rows": sft}
+
+
+def funnel_markdown(f: dict[str, int]) -> str:
+    head = " | ".join(f)
+    return f"# funnel\n\n| {head} |\n|{'---|' * len(f)}\n| {' | '.join(str(v) for v in f.values())} |\n"
