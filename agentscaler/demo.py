@@ -24,10 +24,15 @@ DEMO = {
     "rollout_domains": 12,
     "rollout_per_domain": 2,
     "train": True,
-    "max_steps": 10,
+    "max_steps": 6,
+    "train_config_dir": "cpu-demo",  # training/configs/cpu-demo/: small steps for 2 CPU cores
     "evaluate": True,
     "k": 2,
     "eval_max_scenarios": 6,
+    # SmolLM2-135M on 2 cores: short conversations keep the demo inside its time budget.
+    "max_turns": 3,
+    "agent_steps": 3,
+    "max_tokens": 160,
 }
 
 

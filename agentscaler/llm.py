@@ -154,6 +154,11 @@ def parse_hermes_tool_calls(content: str) -> tuple[str | None, list[dict[str, An
     return (rest or None), calls
 
 
+def _int(v: Any) -> int:
+    """A token count from a server's usage block; anything that is not a number counts 0."""
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) < 1e15 else 0
+
+
 def parse_reply(data: dict[str, Any], latency_s: float = 0.0, cached: bool = False,
                 endpoint: str | None = None) -> ChatReply:
     """Strictly parse one chat-completions response body (first choice)."""
@@ -169,7 +174,10 @@ def parse_reply(data: dict[str, Any], latency_s: float = 0.0, cached: bool = Fal
     if content is not None and not isinstance(content, str):
         raise LLMFormatError(f"message content is {type(content).__name__}, not a string", raw_text)
     tool_calls: list[dict[str, Any]] = []
-    for i, tc in enumerate(msg.get("tool_calls") or []):
+    raw_calls = msg.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise LLMFormatError(f"tool_calls is {type(raw_calls).__name__}, not a list", raw_text)
+    for i, tc in enumerate(raw_calls):
         where = f"tool_calls[{i}]"
         fn = tc.get("function") if isinstance(tc, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
@@ -185,10 +193,11 @@ def parse_reply(data: dict[str, Any], latency_s: float = 0.0, cached: bool = Fal
             if choice.get("finish_reason") == "length":
                 raise LLMFormatError(f"{e} (reply cut off at max_tokens)", e.raw) from None
             raise
-    usage = data.get("usage") or {}
-    usage = {k: int(v) for k, v in usage.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    usage = {k: _int(v) for k, v in usage.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    finish = choice.get("finish_reason")
     return ChatReply(content=content, tool_calls=tool_calls, raw=data, usage=usage, latency_s=latency_s,
-                     finish_reason=choice.get("finish_reason"), cached=cached, endpoint=endpoint)
+                     finish_reason=finish if isinstance(finish, str) else None, cached=cached, endpoint=endpoint)
 
 
 _FENCE_RE = re.compile(r"^```(?:json)?[ \t]*\n(.*)\n```$", re.DOTALL)
@@ -395,9 +404,9 @@ class LLMClient:
             cached = False
             st.server_calls += 1
             st.latencies.append(latency)
-            usage = data.get("usage") or {}
-            st.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-            st.completion_tokens += int(usage.get("completion_tokens") or 0)
+            usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+            st.prompt_tokens += _int(usage.get("prompt_tokens"))
+            st.completion_tokens += _int(usage.get("completion_tokens"))
             if self._cache is not None and use_cache:
                 self._cache.put(key, stage, {"body": body, "salt": cache_salt}, data, latency)
         try:

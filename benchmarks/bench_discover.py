@@ -130,9 +130,13 @@ def main() -> None:
     ap.add_argument("--minilm-n", type=int, default=3000, help="MiniLM sample size (0: skip)")
     ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
-    rows = [bench(int(n), "fast", args.repeats) for n in args.sizes.split(",")]
+    rows = []
+    for n in args.sizes.split(","):
+        rows.append(bench(int(n), "fast", args.repeats))
+        print("done", json.dumps(rows[-1]), flush=True)
     if args.minilm_n:
         rows.append(bench(args.minilm_n, "minilm", 1))
+        print("done", json.dumps(rows[-1]), flush=True)
     print(f"{'tools':>6} {'embed':>6} {'cold s':>7} {'forced s':>8} {'skip s':>6} {'peak MiB':>8} {'purity':>6} "
           f"{'cmin':>5} {'domains':>7} {'edges sim/flow':>15}  cold parts")
     for r in rows:

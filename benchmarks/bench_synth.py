@@ -152,7 +152,6 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="write the JSON result here too")
     args = ap.parse_args()
 
-    from envs.spec import DomainSpec  # noqa: F401
     from envs.store import build_seed
     from agentscaler.workspace import atomic_write_text
     from tasks.synth_rules import synthesize_rules

@@ -55,21 +55,24 @@ def experience_task(domain: str, workspace: str, base_url: str | list[str], pref
 def collect_experience_flow(workspace: str, llm: str = "local", model: str = "smollm2-135m", user: str = "scripted",
                             trials: int = 1, split: str = "train", per_domain: int | None = None,
                             domains: list[str] | None = None, concurrency: int = 8,
-                            max_turns: int = 6, max_tokens: int = 256) -> dict[str, Any]:
+                            max_turns: int = 6, max_steps: int = 4, max_tokens: int = 256) -> dict[str, Any]:
     """Rollouts + verification for every domain that has scenarios of `split` (or only `domains`)."""
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
-    cfg = RolloutConfig(user=user, max_turns=max_turns, max_tokens=max_tokens).model_dump()
+    cfg = RolloutConfig(user=user, max_turns=max_turns, max_steps=max_steps, max_tokens=max_tokens).model_dump()
     prefix = experience_run_id(model, cfg, trials, split, per_domain)
     wanted = [d for d in (domains or ws.domain_ids()) if select_scenarios(ws, split, 1, [d])]
     params = {"llm": llm, "model": model, "user": user, "trials": trials, "split": split, "per_domain": per_domain,
               "domains": len(wanted), "prefix": prefix}
     with run_record(catalog, "collect_experience", params) as summary:
-        server = _local_server() if llm == "local" else nullcontext(llm)
+        # llama.cpp's local server has one slot: interleaved conversations would evict each
+        # other's prompt cache, so locally domains and conversations go one at a time.
+        local = llm == "local"
+        server = _local_server() if local else nullcontext(llm)
         with server as base_url:
-            results, errors = fan_out(experience_task, wanted, key=str, workspace=str(ws.root), base_url=base_url,
-                                      prefix=prefix, model=model, trials=trials, split=split, per_domain=per_domain,
-                                      cfg=cfg, concurrency=concurrency)
+            results, errors = fan_out(experience_task, wanted, key=str, sequential=local, workspace=str(ws.root),
+                                      base_url=base_url, prefix=prefix, model=model, trials=trials, split=split,
+                                      per_domain=per_domain, cfg=cfg, concurrency=1 if local else concurrency)
         summary.update(prefix=prefix, domains=len(wanted), failed=errors,
                        run_ids=sorted(r["run_id"] for r in results.values()),
                        trajectories=sum(r["trajectories"] for r in results.values()),

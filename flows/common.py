@@ -26,12 +26,18 @@ def run_record(catalog: Catalog, flow: str, params: dict[str, Any]) -> Iterator[
     catalog.finish_run(run_id, "done" if not failed else "done_with_failures", summary)
 
 
-def fan_out(task: Any, items: list[Any], key: Callable[[Any], str], **kwargs: Any) -> tuple[dict[str, Any], dict[str, str]]:
+def fan_out(task: Any, items: list[Any], key: Callable[[Any], str], sequential: bool = False,
+            **kwargs: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """Submit one task run per item and wait for all; a failed item never fails the others.
 
     Returns (results by key, errors by key). The plain functions behind the tasks mark the
-    catalog themselves, so a failure is already recorded with its reason when it lands here."""
-    futures = {key(item): task.submit(item, **kwargs) for item in items}
+    catalog themselves, so a failure is already recorded with its reason when it lands here.
+    `sequential` waits for each run before submitting the next (a one-slot LLM server)."""
+    futures = {}
+    for item in items:
+        futures[key(item)] = fut = task.submit(item, **kwargs)
+        if sequential:
+            fut.wait()
     results: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for k, fut in futures.items():

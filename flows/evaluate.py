@@ -16,7 +16,8 @@ from tasks.evaluate import evaluate
 @flow(name="evaluate")
 def evaluate_flow(workspace: str, llm: str = "local", model: str = "smollm2-135m", k: int = 4,
                   split: str = "heldout", max_scenarios: int | None = None, tau2: bool = False,
-                  checkpoint: str | None = None, max_turns: int = 6, max_tokens: int = 256) -> dict[str, Any]:
+                  checkpoint: str | None = None, max_turns: int = 6, max_steps: int = 4,
+                  max_tokens: int = 256) -> dict[str, Any]:
     """llm="local" serves SmolLM2 (or `checkpoint`, a trained HF model dir) on loopback for the run."""
     from tasks.rollout import RolloutConfig
 
@@ -27,7 +28,8 @@ def evaluate_flow(workspace: str, llm: str = "local", model: str = "smollm2-135m
     with run_record(catalog, "evaluate", params) as summary:
         with serve(llm, checkpoint) as base_url:
             report = evaluate(ws, base_url, model=model, k=k, split=split, max_scenarios=max_scenarios, tau2=tau2,
-                              cfg=RolloutConfig(max_turns=max_turns, max_tokens=max_tokens))
+                              concurrency=1 if llm == "local" else 8,  # one-slot local servers
+                              cfg=RolloutConfig(max_turns=max_turns, max_steps=max_steps, max_tokens=max_tokens))
         summary.update(report=report)
         publish_markdown("evaluate", _markdown(model, report), "pass^k on held-out scenarios")
     return report

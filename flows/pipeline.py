@@ -24,9 +24,13 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
                   max_length: int = 4, seed: int = 0, domains_limit: int | None = None, tau2_verticals: bool = True,
                   llm: str = "local", model: str = "smollm2-135m", user: str = "scripted", trials: int = 1,
                   rollout_domains: int | None = None, rollout_per_domain: int | None = None,
-                  train: bool = True, max_steps: int | None = None, evaluate: bool = True, k: int = 2,
-                  eval_max_scenarios: int | None = 8) -> dict[str, Any]:
-    """Run every stage; the summary holds each stage's result and the funnel."""
+                  train: bool = True, max_steps: int | None = None, train_config_dir: str | None = None,
+                  evaluate: bool = True, k: int = 2,
+                  eval_max_scenarios: int | None = 8, max_turns: int = 6, agent_steps: int = 4,
+                  max_tokens: int = 256) -> dict[str, Any]:
+    """Run every stage; the summary holds each stage's result and the funnel.
+
+    max_steps caps SFT optimizer steps; agent_steps caps the agent's tool-call rounds per turn."""
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
     params = {k_: v for k_, v in locals().items() if k_ not in ("ws", "catalog")}
@@ -40,16 +44,18 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
         train_domains = _domains_with(ws, "train")[:rollout_domains] if rollout_domains else None
         summary["experience"] = collect_experience_flow(str(ws.root), llm=llm, model=model, user=user, trials=trials,
                                                         split="train", per_domain=rollout_per_domain,
-                                                        domains=train_domains)
+                                                        domains=train_domains, max_turns=max_turns,
+                                                        max_steps=agent_steps, max_tokens=max_tokens)
         if train:
             from flows.train_sft import train_sft_flow
 
-            summary["train"] = train_sft_flow(str(ws.root), max_steps=max_steps)
+            summary["train"] = train_sft_flow(str(ws.root), max_steps=max_steps, config_dir=train_config_dir)
         if evaluate:
             from flows.evaluate import evaluate_flow
 
             summary["evaluate"] = _brief(evaluate_flow(str(ws.root), llm=llm, model=model, k=k,
-                                                       max_scenarios=eval_max_scenarios))
+                                                       max_scenarios=eval_max_scenarios, max_turns=max_turns,
+                                                       max_steps=agent_steps, max_tokens=max_tokens))
         summary["funnel"] = funnel(ws, summary)
         summary["failed"] = {**summary["build"].get("failed", {}), **summary["experience"].get("failed", {})}
         publish_markdown("pipeline-funnel", funnel_markdown(summary["funnel"]), "tools -> ... -> SFT rows")

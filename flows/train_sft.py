@@ -21,8 +21,12 @@ from tasks.train import train_task
 @flow(name="train-sft")
 def train_sft_flow(workspace: str, stages: list[int] | None = None, max_steps: int | None = None,
                    accelerate_config: str | None = None, num_processes: int | None = None,
-                   model: str | None = None, run_ids: list[str] | None = None) -> dict[str, Any]:
-    """Stage 2 is skipped (not failed) when the export has no stage-2 rows."""
+                   model: str | None = None, run_ids: list[str] | None = None,
+                   config_dir: str | None = None) -> dict[str, Any]:
+    """Stage 2 is skipped (not failed) when the export has no stage-2 rows.
+
+    `config_dir` holds stage1.yaml/stage2.yaml (default training/configs/; the demo uses
+    training/configs/cpu-demo/)."""
     ws = Workspace(workspace)
     stages = sorted(stages or [1, 2])
     catalog = Catalog(ws.catalog_path)
@@ -36,12 +40,23 @@ def train_sft_flow(workspace: str, stages: list[int] | None = None, max_steps: i
                 results[f"stage{stage}"] = {"skipped": f"no stage-{stage} training rows"}
                 continue
             results[f"stage{stage}"] = train_task(
-                str(ws.root), stage, max_steps=max_steps, model=model if stage == 1 else None,
+                str(ws.root), stage, config=_config_path(config_dir, stage),
+                max_steps=max_steps, model=model if stage == 1 else None,
                 accelerate_config=Path(accelerate_config) if accelerate_config else None,
                 num_processes=num_processes)
         summary["train"] = results
         publish_markdown("train-sft", _markdown(summary), "SFT export and training")
     return summary
+
+
+def _config_path(config_dir: str | None, stage: int) -> Path | None:
+    """A folder path, or a name under training/configs/ (e.g. "cpu-demo"); None = the default config."""
+    if not config_dir:
+        return None
+    from training.config import CONFIG_DIR
+
+    folder = Path(config_dir) if Path(config_dir).is_dir() else CONFIG_DIR / config_dir
+    return folder / f"stage{stage}.yaml"
 
 
 def _train_rows(export: dict[str, Any], stage: int) -> int:

@@ -269,7 +269,9 @@ def _coerce(value: Any, schema: dict[str, Any]) -> Any:
     if value is None:
         return None
     if t == "array" and not isinstance(value, list):
-        return [value]
+        value = [value]
+    if t == "array" and isinstance(schema.get("items"), dict):
+        return [_coerce(v, schema["items"]) for v in value]
     if t == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     if t == "integer" and isinstance(value, str) and value.lstrip("-").isdigit():
@@ -332,11 +334,13 @@ def _col_index(row: dict[str, Any]) -> dict[str, str]:
 
 
 def sample_arguments(tool: Any, rows: Any, rng: random.Random, prior_outputs: list[Any] | None = None,
-                     optional_p: float = 0.5) -> dict[str, Any]:
+                     optional_p: float = 0.5, fresh_key: bool = False) -> dict[str, Any]:
     """Arguments for `tool` (a ToolSpec/Tool or its parameters schema) grounded in `rows`.
 
-    `rows` is {table: [row dict]} (a state view). The result always validates against the
-    tool's parameter schema; values that do not fit are regenerated from the schema.
+    `rows` is {table: [row dict]} (a state view). The result validates against the tool's
+    parameter schema whenever the schema can be satisfied; values that do not fit are
+    regenerated from the schema. With `fresh_key`, a parameter naming the anchor table's
+    primary key gets a new value not in the table (to create a record under a caller-given id).
     """
     schema = tool if isinstance(tool, dict) else tool.parameters
     props: dict[str, Any] = schema.get("properties") or {}
@@ -354,8 +358,8 @@ def sample_arguments(tool: Any, rows: Any, rng: random.Random, prior_outputs: li
         score = 0.0
         for p in chosen:
             keys = _param_keys(p)
-            if any(k in cols for k in keys):
-                score += 2.0 if p in required else 1.0
+            if any(k in cols for k in keys):  # an exact column name counts a little more than a derived one
+                score += (2.0 if p in required else 1.0) * (1.0 if keys[0] in cols else 0.9)
             elif snake(p) == "id" and tname.rstrip("s") and any(c.endswith("_id") for c in cols):
                 score += 1.5
         stem = tname[:-1] if tname.endswith("s") else tname
@@ -376,6 +380,7 @@ def sample_arguments(tool: Any, rows: Any, rng: random.Random, prior_outputs: li
         if pk_guess:
             anchor_cols.setdefault("id", pk_guess)
 
+    fresh_col = next(iter(anchor), None) if fresh_key and anchor else None  # the anchor table's key column
     outputs: dict[str, list[Any]] = {}
     for o in prior_outputs or []:
         _walk_outputs(o, outputs)
@@ -385,6 +390,19 @@ def sample_arguments(tool: Any, rows: Any, rng: random.Random, prior_outputs: li
         sub = props[p] if isinstance(props[p], dict) else {}
         candidates: list[Any] = []
         keys = _param_keys(p)
+        if fresh_col is not None and anchor_cols.get(keys[0]) == fresh_col:
+            taken = {r.get(fresh_col) for r in tables[best[1]]} if best else set()
+            ints = [x for x in taken if isinstance(x, int) and not isinstance(x, bool)]
+            for k in range(10):
+                if ints and len(ints) == len(taken):  # integer keys: the next free number, typed for the schema
+                    v = _coerce(max(ints) + 1 + k, sub)
+                else:
+                    v = gen_value(sub, p, rng)
+                if v not in taken and str(v) not in {str(x) for x in taken} and is_valid(v, sub):
+                    args[p] = v
+                    break
+            if p in args:
+                continue
         for k in keys:  # database: the anchor row, then any row of any table with that column
             if k in anchor_cols and anchor.get(anchor_cols[k]) is not None:
                 candidates.append(anchor[anchor_cols[k]])

@@ -28,6 +28,7 @@ import numpy as np
 
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
+from agentscaler.workspace import atomic_write_bytes
 
 EMBEDDINGS = ("minilm", "fast")
 FAST_DIM = 128  # principal directions of the token table kept by the fast embedding
@@ -46,6 +47,11 @@ def model_dir() -> Path:
     if not (path / "model.safetensors").exists():
         raise RuntimeError(f"embedding model files missing under {path}")
     return path
+
+
+def _fast_cache_dir() -> Path:
+    """Per-user cache for the projected token table (AGENTSCALER_CACHE or ~/.cache/agentscaler)."""
+    return Path(os.environ.get("AGENTSCALER_CACHE", str(Path.home() / ".cache" / "agentscaler")))
 
 
 class Embedder(Protocol):
@@ -90,16 +96,31 @@ class FastEmbedder:
         self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
-        with safe_open(str(path / "model.safetensors"), framework="np") as fh:
-            key = next(k for k in fh.keys() if k.endswith("word_embeddings.weight"))
-            table = fh.get_tensor(key).astype(np.float32)
-        table -= table.mean(axis=0, keepdims=True)  # common direction carries no meaning
-        # keep the top FAST_DIM principal directions: 3x cheaper cosine products at 30k tools
-        _, _, vt = np.linalg.svd(table, full_matrices=False)
-        self.table = np.ascontiguousarray(table @ vt[:FAST_DIM].T, dtype=np.float32)
+        weights = path / "model.safetensors"
+        st = weights.stat()
+        cached = _fast_cache_dir() / f"fast-table-{content_hash([st.st_size, int(st.st_mtime), FAST_DIM])}.npy"
+        try:
+            self.table = np.load(cached)
+        except (OSError, ValueError):
+            with safe_open(str(weights), framework="np") as fh:
+                key = next(k for k in fh.keys() if k.endswith("word_embeddings.weight"))
+                table = fh.get_tensor(key).astype(np.float32)
+            table -= table.mean(axis=0, keepdims=True)  # common direction carries no meaning
+            # keep the top FAST_DIM principal directions (3x cheaper cosine products at 30k tools);
+            # eigh of the 384x384 covariance is much cheaper than an SVD of the 30k-row table
+            _, vecs = np.linalg.eigh(table.T @ table)
+            self.table = np.ascontiguousarray(table @ vecs[:, ::-1][:, :FAST_DIM], dtype=np.float32)
+            try:
+                import io
+
+                buf = io.BytesIO()
+                np.save(buf, self.table)
+                atomic_write_bytes(cached, buf.getvalue())
+            except OSError:  # a read-only cache folder only costs the recomputation next time
+                pass
         self.dim = self.table.shape[1]
         vocab = self.tokenizer.get_vocab()
-        skip = np.zeros(len(table), dtype=bool)
+        skip = np.zeros(len(self.table), dtype=bool)
         for tok, idx in vocab.items():
             if idx < len(skip) and (tok in _STOP or tok.startswith("[") or not re.search(r"[a-z0-9]", tok)):
                 skip[idx] = True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from agentscaler.models import Scenario, Trajectory
@@ -22,7 +23,7 @@ from agentscaler.workspace import Workspace, atomic_write_json
 from tasks.passk import passk_report
 
 
-def eval_path(ws: Workspace, run_id: str):
+def eval_path(ws: Workspace, run_id: str) -> Path:
     return ws.reports_dir / f"eval-{run_id}.json"
 
 
@@ -152,7 +153,11 @@ def tau2_run_agreement(ws: Workspace, run_id: str, domains: list[str], sample: i
 
 # --- Prefect --------------------------------------------------------------------------------------
 
-def _task_fn(ws_root: str, base_url: str, **kwargs: Any) -> dict[str, Any]:
+def _task_fn(ws_root: str, base_url: str | list[str], **kwargs: Any) -> dict[str, Any]:
+    if isinstance(kwargs.get("cfg"), dict):
+        from tasks.rollout import RolloutConfig
+
+        kwargs["cfg"] = RolloutConfig(**kwargs["cfg"])
     return evaluate(Workspace(ws_root), base_url, **kwargs)
 
 

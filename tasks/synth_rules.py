@@ -241,7 +241,8 @@ def _phrase(tokens: list[str], vi: int) -> list[str]:
     rest = tokens[vi + 1:] if vi >= 0 else tokens
     if vi > 0 and not [t for t in rest if t not in STOP]:  # todo_delete: the noun comes first
         rest = tokens[:vi]
-    return [singular(t) for t in rest if t not in STOP and not t.isdigit() and not re.fullmatch(r"v\d+", t)]
+    return [singular(t) for t in rest if t not in STOP and singular(t) not in STOP and not t.isdigit() and not re.fullmatch(r"v\d+", t)
+            and not (len(t) == 6 and re.fullmatch(r"[0-9a-f]*\d[0-9a-f]*", t))]  # ingest's dedup suffix
 
 
 def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:

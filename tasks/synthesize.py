@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 from agentscaler.catalog import Catalog

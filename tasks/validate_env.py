@@ -160,7 +160,8 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                 if dirty:
                     env.reset()
                     dirty = False
-                args = sample_arguments(t, rows, rng, outputs[-20:], optional_p=0.5 if i % 2 == 0 else 0.9)
+                args = sample_arguments(t, rows, rng, outputs[-20:], optional_p=0.5 if i % 2 == 0 else 0.9,
+                                        fresh_key=t.kind == "write" and i % 2 == 1)
                 if not is_valid(args, t.parameters):
                     r["errors"].append(f"sampled arguments invalid: {json.dumps(args, default=str)[:200]}")
                     r["reason"] = "invalid_arguments"

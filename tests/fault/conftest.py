@@ -9,7 +9,7 @@ import pytest
 from tests.fault.faulty_llm import FaultyLLM
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def clean_pipeline(tmp_path_factory):
     """A full clean run of the pipeline child (its own oracle endpoint): (workspace, snapshot, stage seconds)."""
     from tests.fault.crash import clean_run

@@ -228,3 +228,79 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def integrity(ws_root: Path | str) -> dict[str, Any]:
+    """What a crash or a full disk may have left under a *final* name, half-written (must be nothing).
+
+    Returns {"problems": [...], "torn_lines": n}; a torn last line of an append-only JSONL file is
+    allowed (the writer cuts it on the next start) and counted."""
+    import sqlite3
+
+    import pandas as pd
+
+    from agentscaler.workspace import Workspace
+
+    ws = Workspace(ws_root)
+    problems: list[str] = []
+    torn = 0
+
+    def check(label: str, fn) -> None:  # noqa: ANN001
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - the point is to list them
+            problems.append(f"{label}: {type(exc).__name__}: {str(exc)[:150]}")
+
+    if ws.tools_path.exists():
+        check("tools.parquet", lambda: pd.read_parquet(ws.tools_path))
+    for p in (ws.corpus_report_path, ws.domains_path, ws.graph_dir / "report.json"):
+        if p.exists():
+            check(str(p.relative_to(ws.root)), lambda p=p: json.loads(p.read_text()))
+    for d in ws.domain_ids():
+        dd = ws.domain_dir(d)
+        check(f"{d}/spec.json", lambda dd=dd: json.loads((dd / "spec.json").read_text())["report"]["content_id"])
+        for name in ("models.py", "tools.py"):
+            check(f"{d}/{name}", lambda dd=dd, name=name: compile((dd / name).read_text(), name, "exec"))
+
+        def seed_ok(dd: Path = dd) -> None:
+            con = sqlite3.connect(f"file:{dd / 'seed.sqlite'}?mode=ro", uri=True)
+            try:
+                assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            finally:
+                con.close()
+        check(f"{d}/seed.sqlite", seed_ok)
+        sc, meta = dd / "scenarios.jsonl", dd / "scenarios.meta.json"
+        if meta.exists():
+            check(f"{d}/scenarios.meta.json", lambda sc=sc, meta=meta: _assert(
+                json.loads(meta.read_text())["file_hash"] == _sha(sc), "scenarios.jsonl does not match its meta"))
+        if sc.exists():
+            check(f"{d}/scenarios.jsonl", lambda sc=sc: [json.loads(x) for x in sc.read_text().splitlines() if x.strip()])
+    for tp in ws.root.glob("rollouts/*/trajectories.jsonl"):
+        lines = tp.read_bytes().split(b"\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                json.loads(line)
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:
+                    torn += 1  # no newline yet: an append cut short
+                else:
+                    problems.append(f"{tp.relative_to(ws.root)}:{i + 1}: broken line in the middle")
+    for rep in ws.sft_dir.glob("stage*/report.json"):
+        check(str(rep.relative_to(ws.root)), lambda rep=rep: [pd.read_parquet(rep.parent / f"{s}.parquet")
+                                                              for s in ("train", "eval")])
+    if ws.catalog_path.exists():
+        def cat_ok() -> None:
+            con = sqlite3.connect(ws.catalog_path)
+            try:
+                assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            finally:
+                con.close()
+        check("catalog.sqlite", cat_ok)
+    return {"problems": problems, "torn_lines": torn}
+
+
+def _assert(cond: bool, msg: str) -> None:
+    if not cond:
+        raise AssertionError(msg)

@@ -109,3 +109,17 @@ def test_falls_back_to_earlier_outputs():
 def test_deterministic_for_a_seed():
     tool = _tool(ODD, required=list(ODD)[:5])
     assert sample_arguments(tool, ROWS, random.Random(9)) == sample_arguments(tool, ROWS, random.Random(9))
+
+
+def test_fresh_key_gives_a_new_primary_key_and_keeps_references():
+    tool = _tool({"order_id": {"type": "string"}, "user_id": {"type": "string"}}, ["order_id", "user_id"])
+    existing = {o["order_id"] for o in ROWS["orders"]}
+    for seed in range(10):
+        a = sample_arguments(tool, ROWS, random.Random(seed), fresh_key=True)
+        assert a["order_id"] not in existing and a["user_id"] in {"u1", "u2"}
+
+
+def test_integer_ids_in_a_state_list_fit_a_string_list_parameter():
+    rows = {"infos": [{"info_id": "i1", "event_ids": [1, 4]}], "events": [{"event_id": 1}, {"event_id": 4}]}
+    tool = _tool({"event_ids": {"type": "array", "items": {"type": "string"}}}, ["event_ids"])
+    assert sample_arguments(tool, rows, random.Random(0)) == {"event_ids": ["1", "4"]}

@@ -129,7 +129,7 @@ def test_real_smollm2_check_completes_with_a_recorded_decision(local_llm):
     """SmolLM2-135M may or may not produce a usable decision; either outcome must be recorded."""
     async def go():
         async with LLMClient(local_llm, timeout=120) as client:
-            return await llm_dependency_check(client, TOOLS, DECISIONS, max_tokens=96)
+            return await llm_dependency_check(client, TOOLS, DECISIONS, max_tokens=48)
 
     res = asyncio.run(go())
     assert res["by"] in ("llm", "rules") and len(res["decisions"]) == 2

@@ -231,9 +231,9 @@ def test_real_smollm2_run_completes_with_success_or_recorded_fallback(local_llm)
 
     client = LLMClient(local_llm, timeout=120)
     try:
-        syn = synthesize_llm("dllmshop01", TOOLS, record=RECORD, client=client, unsafe=UNSAFE,
-                             config={"max_rounds": 1, "max_tokens_tables": 48, "max_tokens_code": 48,
-                                     "max_tokens_rows": 48})
+        syn = synthesize_llm("dllmshop01", TOOLS[:2], record=RECORD, client=client, unsafe=UNSAFE,
+                             config={"max_rounds": 1, "max_tokens_tables": 32, "max_tokens_code": 32,
+                                     "max_tokens_rows": 32})
     finally:
         asyncio.run(client.aclose())
     rep = syn.spec.report["synth_llm"]
