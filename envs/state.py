@@ -17,6 +17,10 @@ import json
 import sqlite3
 from typing import Any
 
+# Bump when the hash definition changes: stored gold hashes made under another version are stale
+# (tasks/scenarios.py folds this into its environment hash, so scenarios are rebuilt).
+HASH_VERSION = 1
+
 
 def norm_text(v: Any) -> Any:
     return " ".join(v.casefold().split()) if isinstance(v, str) else v

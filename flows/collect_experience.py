@@ -68,7 +68,8 @@ def collect_experience_flow(workspace: str, llm: str = "local", model: str = "sm
         # llama.cpp's local server has one slot: interleaved conversations would evict each
         # other's prompt cache, so locally domains and conversations go one at a time.
         local = llm == "local"
-        server = _local_server() if local else nullcontext(llm)
+        urls = [u.strip() for u in llm.split(",") if u.strip()]  # several endpoints: URL1,URL2,...
+        server = _local_server() if local else nullcontext(urls if len(urls) > 1 else llm)
         with server as base_url:
             results, errors = fan_out(experience_task, wanted, key=str, sequential=local, workspace=str(ws.root),
                                       base_url=base_url, prefix=prefix, model=model, trials=trials, split=split,

@@ -49,7 +49,7 @@ def serve(llm: str, checkpoint: str | None = None):
 
 
 def _markdown(model: str, report: dict[str, Any]) -> str:
-    overall = (report.get("pass^k") or {}).get("overall") or {}
+    overall = ((report.get("pass^k") or {}).get("overall") or {}).get("pass^k") or {}
     lines = [f"# evaluate {model}", "", "| k | pass^k |", "|---|---|"]
     for k, v in sorted(overall.items()):
         lines.append(f"| {k} | {v} |")

@@ -18,14 +18,18 @@ def export_stage(ws: Workspace, stages: tuple[int, ...] = (1, 2), run_ids: list[
     """Export and return the counts report (kept per stage/split, dropped by reason, errors).
 
     `max_length` defaults to the stage config's, so export and training filter the same way.
+    Scenarios flagged by the contamination check (`agentscaler contamination`) stay out.
     """
+    from tasks.contamination import contaminated_ids
+
     from training.config import default_config_path, load_config
     from training.export import export_sft
 
     if max_length is None:
         max_length = min(load_config(default_config_path(s)).max_length for s in stages)
     return export_sft(ws, stages=stages, run_ids=run_ids, max_length=max_length,
-                      target_domains=target_domains, eval_fraction=eval_fraction)
+                      target_domains=target_domains, eval_fraction=eval_fraction,
+                      exclude_scenarios=contaminated_ids(ws))
 
 
 # --- Prefect ----------------------------------------------------------------------------------

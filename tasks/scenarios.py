@@ -542,8 +542,10 @@ def scenario_id(domain: str, calls: list[dict[str, Any]], gold_hash: str) -> str
 # --- one domain -----------------------------------------------------------------------------
 
 def environment_hash(domain_dir: Path) -> str:
-    """Hash of what decides the scenarios besides the params: spec, tool code and seed database."""
-    h = hashlib.sha256()
+    """Hash of what decides the scenarios besides the params: spec, tool code, seed database, hash rules."""
+    from envs.state import HASH_VERSION
+
+    h = hashlib.sha256(f"state-hash-v{HASH_VERSION}".encode())
     for name in ("spec.json", "tools.py", "seed.sqlite"):
         p = Path(domain_dir) / name
         h.update(name.encode())

@@ -461,6 +461,7 @@ def seed_rows(entities: dict[str, Entity], rng: random.Random, clock: str) -> di
     pks = {name: _pk_values(e, rng.randint(4, 8), rng) for name, e in sorted(entities.items())}
     by_table = {e.table: e for e in entities.values()}
     rows: dict[str, list[dict[str, Any]]] = {}
+    pool: dict[str, list[Any]] = {}  # column name -> values seeded so far, shared across tables
     for name, e in sorted(entities.items()):
         out = []
         for i, pk in enumerate(pks[name]):
@@ -480,8 +481,14 @@ def seed_rows(entities: dict[str, Entity], rng: random.Random, clock: str) -> di
                     fk_ref = entities.get(e.list_refs.get(col, ""))
                     if fk_ref is not None:
                         row[col] = rng.sample(pks[fk_ref.name], k=min(2, len(pks[fk_ref.name])))
+                    elif cs.type in ("text", "integer") and pool.get(col) and rng.random() < 0.8:
+                        # the same field in another table: reuse its values (a watchlist holds known symbols)
+                        v = rng.choice(pool[col])
+                        row[col] = v if is_valid(v, s) else gen_value(s, col, rng)
                     else:
                         row[col] = gen_value(s, col, rng)
+                        if cs.type in ("text", "integer"):
+                            pool.setdefault(col, []).append(row[col])
                 elif col == "name":
                     row[col] = gen_value({"type": "string"}, "title" if i % 2 else "name", rng)
                 elif cs.type == "real":

