@@ -28,18 +28,23 @@ from starlette.routing import Route
 
 
 class Script:
-    def __init__(self, scenario_files: list[str], mode: str = "oracle", delay: float = 0.2, fail_first: int = 0):
+    def __init__(self, scenario_files: list[str], mode: str = "oracle", delay: float = 0.2, fail_first: int = 0,
+                 scenarios_glob: str | None = None):
         self.mode, self.delay, self.fail_first = mode, delay, fail_first
+        self.scenarios_glob = scenarios_glob  # re-read on an unknown intent (scenarios written after start)
         self.gold: dict[str, list[dict[str, Any]]] = {}
-        for f in scenario_files:
-            for line in Path(f).read_text().splitlines():
-                if line.strip():
-                    s = json.loads(line)
-                    self.gold[s["intent"]] = s["gold_calls"]
+        self._load(scenario_files)
         self.requests = self.in_flight = 0
         self.t_first = self.t_last = None
         self.busy = 0.0  # integral of in-flight over time
         self._t = None
+
+    def _load(self, files: list[str]) -> None:
+        for f in files:
+            for line in Path(f).read_text().splitlines():
+                if line.strip():
+                    s = json.loads(line)
+                    self.gold[s["intent"]] = s["gold_calls"]
 
     def _tick(self, delta: int) -> None:
         now = time.monotonic()
@@ -61,6 +66,11 @@ class Script:
             return _text("I will take care of that right away, one moment please.")
         intent = next((m.get("content") for m in msgs if m.get("role") == "user"), "")
         gold = self.gold.get(intent)
+        if gold is None and self.scenarios_glob:
+            import glob
+
+            self._load(sorted(glob.glob(self.scenarios_glob)))
+            gold = self.gold.get(intent)
         if gold is None:
             return _text("How can I help you?")
         done = sum(len(m.get("tool_calls") or []) for m in msgs if m.get("role") == "assistant")
@@ -114,10 +124,11 @@ def main() -> None:
     ap.add_argument("--mode", default="oracle", choices=["oracle", "chatty"])
     ap.add_argument("--scenarios", nargs="*", default=[])
     ap.add_argument("--fail-first", type=int, default=0)
+    ap.add_argument("--scenarios-glob", default=None, help="Scenario files to (re-)read on an unknown intent.")
     a = ap.parse_args()
     import uvicorn
 
-    uvicorn.run(make_app(Script(a.scenarios, a.mode, a.delay, a.fail_first)), host="127.0.0.1", port=a.port,
+    uvicorn.run(make_app(Script(a.scenarios, a.mode, a.delay, a.fail_first, a.scenarios_glob)), host="127.0.0.1", port=a.port,
                 log_level="warning", backlog=2048)
 
 

@@ -25,12 +25,14 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
                   llm: str = "local", model: str = "smollm2-135m", user: str = "scripted", trials: int = 1,
                   rollout_domains: int | None = None, rollout_per_domain: int | None = None,
                   train: bool = True, max_steps: int | None = None, train_config_dir: str | None = None,
+                  train_model: str | None = None,
                   evaluate: bool = True, k: int = 2,
                   eval_max_scenarios: int | None = 8, max_turns: int = 6, agent_steps: int = 4,
                   max_tokens: int = 256) -> dict[str, Any]:
     """Run every stage; the summary holds each stage's result and the funnel.
 
-    max_steps caps SFT optimizer steps; agent_steps caps the agent's tool-call rounds per turn."""
+    max_steps caps SFT optimizer steps; agent_steps caps the agent's tool-call rounds per turn;
+    train_model overrides the stage-1 config's model (e.g. "tiny")."""
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
     params = {k_: v for k_, v in locals().items() if k_ not in ("ws", "catalog")}
@@ -49,7 +51,8 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
         if train:
             from flows.train_sft import train_sft_flow
 
-            summary["train"] = train_sft_flow(str(ws.root), max_steps=max_steps, config_dir=train_config_dir)
+            summary["train"] = train_sft_flow(str(ws.root), max_steps=max_steps, config_dir=train_config_dir,
+                                              model=train_model)
         if evaluate:
             from flows.evaluate import evaluate_flow
 

@@ -187,9 +187,19 @@ def gold_replay_run(ws: Workspace, domains: list[str], run_id: str = "gold-repla
 
 # --- the loop -------------------------------------------------------------------------------------
 
-def _summary(report: dict[str, Any], seconds: float) -> dict[str, Any]:
+def conversation_seconds(ws: Workspace, run_id: str) -> dict[str, float]:
+    """Summed per-conversation time of a run (from the trajectories, so it survives a resumed run)."""
+    from tasks.rollout import load_trajectories
+
+    trajs = load_trajectories(ws, run_id)
+    return {"conversations_s": round(sum(t.timings.get("total_s", 0.0) for t in trajs), 1),
+            "agent_llm_s": round(sum(t.timings.get("agent_llm_s", 0.0) for t in trajs), 1)}
+
+
+def _summary(report: dict[str, Any], seconds: float, ws: Workspace | None = None) -> dict[str, Any]:
     overall = (report.get("pass^k") or {}).get("overall") or {}
-    return {"run_id": report.get("run_id"), "model": report.get("model"), "scenarios": report.get("scenarios"),
+    times = conversation_seconds(ws, report["run_id"]) if ws is not None and report.get("run_id") else {}
+    return {**times, "run_id": report.get("run_id"), "model": report.get("model"), "scenarios": report.get("scenarios"),
             "trials": report.get("verified"), "passed": report.get("passed"), "accuracy": report.get("accuracy"),
             "pass^k": overall, "pass^k_raw": (report.get("pass^k_raw") or {}).get("overall"),
             "excluded": (report.get("pass^k") or {}).get("excluded"), "attribution": report.get("attribution"),
@@ -229,7 +239,7 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
     with local_server(n_threads=cfg.torch_threads) as url:
         base = evaluate(ws, url, model=cfg.base_model, **eval_kw)
         phase("baseline_eval", t)
-        out["baseline"] = _summary(base, phases["baseline_eval"])
+        out["baseline"] = _summary(base, phases["baseline_eval"], ws)
         if cfg.collect_scenarios:
             t = time.perf_counter()
             col = run_rollouts(ws, url, model=cfg.base_model, trials=1, split="train", domains=train,
@@ -245,7 +255,7 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
 
     t = time.perf_counter()
     export = export_sft(ws, stages=(1,), run_ids=[*collect_runs, out["gold_replay"]["run_id"]],
-                        max_length=cfg.sft_max_length, eval_fraction=0.0)
+                        max_length=cfg.sft_max_length, eval_fraction=0.1)  # an empty eval split does not load back
     out["export"] = {"kept": export.get("kept"), "dropped": export.get("dropped"),
                      "skipped_unverified": export.get("skipped_unverified")}
     conf = ws.root / "closed_loop" / "stage1.yaml"
@@ -267,11 +277,26 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
                    max_new_tokens=cfg.max_tokens) as url:
         trained = evaluate(ws, url, model=trained_name, **eval_kw)
     phase("trained_eval", t)
-    out["trained"] = _summary(trained, phases["trained_eval"])
+    out["trained"] = _summary(trained, phases["trained_eval"], ws)
     out["heldout_scenarios_same"] = base.get("scenarios") == trained.get("scenarios")
     atomic_write_json(ws.reports_dir / "closed_loop.json", out)
     atomic_write_text(ws.reports_dir / "closed_loop.md", markdown(out))
     return out
+
+
+def refresh_report(ws: Workspace) -> dict[str, Any]:
+    """Recompute the conversation times of reports/closed_loop.json and rewrite it and the markdown."""
+    path = ws.reports_dir / "closed_loop.json"
+    out = json.loads(path.read_text())
+    for side in ("baseline", "trained"):
+        out[side].update(conversation_seconds(ws, out[side]["run_id"]))
+    atomic_write_json(path, out)
+    atomic_write_text(ws.reports_dir / "closed_loop.md", markdown(out))
+    return out
+
+
+def _t(v: Any) -> str:
+    return "n/a" if v is None else f"{float(v):.1f}"
 
 
 def _fmt(v: Any) -> str:
@@ -287,11 +312,15 @@ def markdown(out: dict[str, Any]) -> str:
         f"Held-out domains {out['workspace']['heldout']} (never trained on); "
         f"{b['scenarios']} held-out scenarios x k={cfg['k']} trials, agent temperature {cfg['temperature']}, "
         f"scripted user, max_turns {cfg['max_turns']}, max_tokens {cfg['max_tokens']}.", "",
-        f"| model | runtime | trials | passed | pass^1 | pass^{k} | eval time (s) |", "|---|---|---|---|---|---|---|",
+        f"| model | runtime | trials | passed | pass^1 | pass^{k} | eval wall (s) | conversations (s) | agent LLM (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
         f"| {b['model']} (base) | llama.cpp GGUF | {b['trials']} | {b['passed']} | {_fmt(b['pass^k'].get('1'))} "
-        f"| {_fmt(b['pass^k'].get(k))} | {b['seconds']} |",
+        f"| {_fmt(b['pass^k'].get(k))} | {b['seconds']} | {_t(b.get('conversations_s'))} | {_t(b.get('agent_llm_s'))} |",
         f"| {tr['model']} | transformers fp32 (hf_server) | {tr['trials']} | {tr['passed']} "
-        f"| {_fmt(tr['pass^k'].get('1'))} | {_fmt(tr['pass^k'].get(k))} | {tr['seconds']} |", "",
+        f"| {_fmt(tr['pass^k'].get('1'))} | {_fmt(tr['pass^k'].get(k))} | {tr['seconds']} "
+        f"| {_t(tr.get('conversations_s'))} | {_t(tr.get('agent_llm_s'))} |", "",
+        "eval wall = this invocation (a resumed evaluation skips finished conversations); conversations = "
+        "summed per-conversation time from the trajectories (2 in flight, so it exceeds wall time).", "",
         "Training data (stage 1, train-split domains only): "
         f"{gold['passed']}/{gold['written']} **gold-replayed** trajectories verified "
         f"(agent_model=`gold-replay`: demonstrations built from the scenarios' gold calls, not model experience)"

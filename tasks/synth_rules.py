@@ -464,6 +464,7 @@ def seed_rows(entities: dict[str, Entity], rng: random.Random, clock: str) -> di
     pool: dict[str, list[Any]] = {}  # column name -> values seeded so far, shared across tables
     for name, e in sorted(entities.items()):
         out = []
+        used: dict[str, set[Any]] = {}  # values of this table, shared with the pool when it is done
         for i, pk in enumerate(pks[name]):
             row: dict[str, Any] = {}
             for col, cs in e.columns.items():
@@ -481,14 +482,15 @@ def seed_rows(entities: dict[str, Entity], rng: random.Random, clock: str) -> di
                     fk_ref = entities.get(e.list_refs.get(col, ""))
                     if fk_ref is not None:
                         row[col] = rng.sample(pks[fk_ref.name], k=min(2, len(pks[fk_ref.name])))
-                    elif cs.type in ("text", "integer") and pool.get(col) and rng.random() < 0.8:
+                    elif cs.type in ("text", "integer") and rng.random() < 0.8 and [
+                            v for v in pool.get(col, ()) if v not in used.setdefault(col, set())]:
                         # the same field in another table: reuse its values (a watchlist holds known symbols)
-                        v = rng.choice(pool[col])
+                        v = rng.choice([v for v in pool[col] if v not in used[col]])
                         row[col] = v if is_valid(v, s) else gen_value(s, col, rng)
                     else:
                         row[col] = gen_value(s, col, rng)
-                        if cs.type in ("text", "integer"):
-                            pool.setdefault(col, []).append(row[col])
+                    if cs.type in ("text", "integer") and isinstance(row[col], (str, int)):
+                        used.setdefault(col, set()).add(row[col])
                 elif col == "name":
                     row[col] = gen_value({"type": "string"}, "title" if i % 2 else "name", rng)
                 elif cs.type == "real":
@@ -497,6 +499,8 @@ def seed_rows(entities: dict[str, Entity], rng: random.Random, clock: str) -> di
                     row[col] = gen_value({"type": "string"}, col, rng)
             out.append(row)
         rows[e.table] = out
+        for col, vals in used.items():
+            pool.setdefault(col, []).extend(v for v in sorted(vals, key=str) if v not in pool[col])
     return rows
 
 

@@ -62,12 +62,12 @@ def test_markdown_reports_both_models_side_by_side():
     side = {"model": "m", "scenarios": 2, "trials": 4, "passed": 1, "pass^k": {"1": 0.25, "2": 0.0},
             "seconds": 3.0, "reasons": {"x": 1}}
     out = {"config": {"k": 2, "temperature": 0.6, "max_turns": 3, "max_tokens": 160},
-           "baseline": side, "trained": {**side, "model": "m-sft", "passed": 3, "pass^k": {"1": 0.75, "2": 0.5}},
+           "baseline": {**side, "conversations_s": 7.5}, "trained": {**side, "model": "m-sft", "passed": 3, "pass^k": {"1": 0.75, "2": 0.5}},
            "workspace": {"heldout": ["dh"]}, "gold_replay": {"passed": 5, "written": 5},
            "export": {"kept": {"stage1": {"train": 5}}}, "train": {"global_step": 3, "first_loss": 2.0,
                                                                    "last_loss": 1.0, "train_seconds": 9.0},
            "phases_s": {"build": 1.0}}
     md = markdown(out)
-    assert "| m (base) | llama.cpp GGUF | 4 | 1 | 0.250 | 0.000 | 3.0 |" in md
-    assert "| m-sft | transformers fp32 (hf_server) | 4 | 3 | 0.750 | 0.500 | 3.0 |" in md
+    assert "| m (base) | llama.cpp GGUF | 4 | 1 | 0.250 | 0.000 | 3.0 | 7.5 | n/a |" in md
+    assert "| m-sft | transformers fp32 (hf_server) | 4 | 3 | 0.750 | 0.500 | 3.0 | n/a | n/a |" in md
     assert "gold-replay" in md and "pass^2" in md

@@ -1,0 +1,75 @@
+"""The whole pipeline as one real Prefect run (test harness) on a small real corpus.
+
+The agent endpoint is *scripted* (benchmarks/scripted_llm.py in oracle mode: a real HTTP server
+that replays each scenario's gold calls), because this test is about the orchestration, the
+data handed from stage to stage and the funnel, not about a model's skill. Training is real (two
+optimizer steps of the tiny model per stage); evaluation runs the same endpoint on held-out scenarios.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agentscaler.catalog import Catalog
+from agentscaler.llm_server import free_port
+from agentscaler.workspace import Workspace
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "corpora"
+
+
+@contextlib.contextmanager
+def oracle_endpoint(ws: Workspace):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.scripted_llm", "--port", str(port), "--delay", "0.0",
+                             "--mode", "oracle", "--scenarios-glob", str(ws.root / "domains" / "*" / "scenarios.jsonl")],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        for _ in range(400):
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/models", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.slow
+def test_pipeline_end_to_end(tmp_path: Path, prefect_harness):
+    from flows.pipeline import pipeline_flow
+
+    ws = Workspace(tmp_path / "ws")
+    sources = [str(DATA / name) for name in ("bfcl", "openai", "toolbench", "xlam")]
+    with oracle_endpoint(ws) as url:
+        summary = pipeline_flow(str(ws.root), sources=sources, per_domain=4, llm=url, model="scripted",
+                                tau2_verticals=False, trials=1, train=True, train_model="tiny", max_steps=2,
+                                train_config_dir="cpu-demo", evaluate=True, k=2, eval_max_scenarios=4)
+    funnel = summary["funnel"]
+    assert funnel["tools"] > 5 and funnel["domains"] >= 1 and funnel["environments"] == funnel["domains"]
+    assert funnel["scenarios"] > 0 and funnel["trajectories"] > 0
+    # The oracle replays gold calls, so the verifier must accept (nearly) all of its trajectories.
+    assert funnel["verified"] >= 0.8 * funnel["trajectories"]
+    assert funnel["sft_rows"] > 0
+    assert summary["failed"] == {}
+    st1 = summary["train"]["train"]["stage1"]
+    assert st1["global_step"] == 2 and st1["loss_finite"]
+    assert "pass^k" in summary["evaluate"]
+    # Every stage left its status in the catalog; the run itself is recorded as done.
+    catalog = Catalog(ws.catalog_path)
+    assert catalog.domain_summary()["counts"].get("failed", 0) == 0
+    runs = {r["flow"]: r["status"] for r in catalog.runs()}
+    assert runs["pipeline"] == "done"
+    assert (ws.sft_dir / "stage1" / "train.parquet").exists()
+    report = json.loads((ws.sft_dir / "report.json").read_text())
+    assert report["stages"]["stage1"]["rows"]["train"] > 0
