@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from tests.fault.crash import STAGES, child, clean_run, crash_chain, finish  # noqa: E402
+from tests.fault.crash import STAGES, child, clean_run, crash_chain, finish, source_hash  # noqa: E402
 from tests.fault.faulty_llm import FaultyLLM  # noqa: E402
 from tests.fault.pipeline import compare, lost_and_duplicated, snapshot  # noqa: E402
 
@@ -46,17 +46,29 @@ def row(part: str, faults: int, survived: str, lost: int, dups: int, attacks: st
 
 
 # --- 1. crash and resume ------------------------------------------------------------------------
-def bench_crash(tmp: Path, kills: int, seed: int) -> tuple[Path, dict[str, Any]]:
-    rng = random.Random(seed)
-    clean_ws = tmp / "clean" / "ws"
-    with FaultyLLM(clean_ws) as srv:
+def make_clean(tmp: Path, k: int) -> tuple[Path, dict[str, Any], dict[str, float], float, str]:
+    """A clean run of the pipeline child: (workspace, snapshot, stage seconds, seconds, source hash)."""
+    ws = tmp / f"clean{k}" / "ws"
+    code = source_hash()
+    with FaultyLLM(ws) as srv:
         t0 = time.time()
-        stage_s = clean_run(clean_ws, srv.url, tmp / "clean" / "ws.stages")
-        clean_s = time.time() - t0
-    clean = snapshot(clean_ws)
-    assert clean["problems"] == [], clean["problems"]
+        st = clean_run(ws, srv.url, tmp / f"clean{k}" / "ws.stages")
+        sec = time.time() - t0
+    snap = snapshot(ws)
+    assert snap["problems"] == [], snap["problems"]
+    return ws, snap, st, sec, code
+
+
+def bench_crash(tmp: Path, kills: int, seed: int) -> tuple[Path, dict[str, Any], str]:
+    rng = random.Random(seed)
+    reruns = 0
+
+    clean_ws, clean, stage_s, clean_s, code = make_clean(tmp, 0)
     landed, chains, survived, lost, dups, hits, diffs = 0, 0, 0, 0, 0, Counter(), []
     while landed < kills:
+        if source_hash() != code:  # someone changed the pipeline's code: compare with a clean run of the new code
+            reruns += 1
+            clean_ws, clean, stage_s, clean_s, code = make_clean(tmp, reruns)
         chains += 1
         n = min(4, kills - landed)
         targets = sorted(rng.choices(STAGES, k=n), key=STAGES.index)
@@ -64,6 +76,11 @@ def bench_crash(tmp: Path, kills: int, seed: int) -> tuple[Path, dict[str, Any]]
         with FaultyLLM(ws) as srv:
             events = crash_chain(ws, srv.url, targets, stage_s, rng)
         got = snapshot(ws)
+        if source_hash() != code:  # the code changed under this chain: not a valid comparison, redo it
+            print(f"  chain {chains}: code changed during the chain, not counted", flush=True)
+            shutil.rmtree(ws.parent, ignore_errors=True)
+            chains -= 1
+            continue
         d = compare(clean, got)
         lo, du = lost_and_duplicated(clean, got)
         lost, dups = lost + lo, dups + du
@@ -76,8 +93,9 @@ def bench_crash(tmp: Path, kills: int, seed: int) -> tuple[Path, dict[str, Any]]
         print(f"  chain {chains}: {events} -> {'same as clean' if not d else d}", flush=True)
         shutil.rmtree(ws.parent, ignore_errors=True)
     row("crash + resume (SIGKILL)", landed, f"{survived}/{chains} chains = clean run", lost, dups,
-        note=f"kills by stage {dict(hits)}; clean run {clean_s:.0f}s" + (f"; diffs {diffs[:3]}" if diffs else ""))
-    return clean_ws, clean
+        note=f"kills by stage {dict(hits)}; clean run {clean_s:.0f}s; clean re-runs after code changes: {reruns}"
+             + (f"; diffs {diffs[:3]}" if diffs else ""))
+    return clean_ws, clean, code
 
 
 # --- 2. concurrent runs ---------------------------------------------------------------------------
@@ -289,8 +307,16 @@ def main() -> None:
     t0 = time.time()
     tmp = Path(tempfile.mkdtemp(prefix="bench-faults-"))
     try:
-        clean_ws, clean = bench_crash(tmp, a.kills if "crash" not in skip else 0, a.seed)
+        clean_ws, clean, code = bench_crash(tmp, a.kills if "crash" not in skip else 0, a.seed)
+
+        def fresh() -> tuple[Path, dict[str, Any]]:
+            nonlocal clean_ws, clean, code
+            if source_hash() != code:  # the code changed since the clean run: compare with the new code's
+                clean_ws, clean, _, _, code = make_clean(tmp, 100 + len(ROWS))
+            return clean_ws, clean
+
         if "concurrent" not in skip:
+            fresh()
             bench_concurrent(tmp, clean_ws, clean, a.concurrent)
         if "llm" not in skip:
             bench_llm(tmp, clean_ws, a.llm_per_kind)
@@ -299,6 +325,7 @@ def main() -> None:
         if "fuzz" not in skip:
             bench_fuzz(a.fuzz)
         if "disk" not in skip:
+            fresh()
             bench_disk(tmp, clean, a.disk_sizes.split(","))
     finally:
         print(write_table(Path(a.out), time.time() - t0))

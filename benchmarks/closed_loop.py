@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--train-domains", type=int, default=None)
     ap.add_argument("--heldout-domains", type=int, default=None)
     ap.add_argument("--train-steps", type=int, default=None)
+    ap.add_argument("--learning-rate", type=float, default=None)
     ap.add_argument("--collect-scenarios", type=int, default=None)
     ap.add_argument("--temperature", type=float, default=None)
     ap.add_argument("--threads", type=int, default=None, dest="torch_threads")

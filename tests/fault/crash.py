@@ -21,6 +21,18 @@ from tests.fault.pipeline import ROOT, STAGES
 CHILD_TIMEOUT = 600
 
 
+def source_hash() -> str:
+    """Hash of the pipeline's source (other engineers edit the tree while a long benchmark runs:
+    a clean run only compares with runs of the same code)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for pkg in ("agentscaler", "envs", "tasks", "training"):
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            h.update(str(f.relative_to(ROOT)).encode() + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def child(ws: Path, url: str, stage_log: Path, until: str = "export", count_builds: Path | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "tests.fault.pipeline", str(ws), url, "--stage-log", str(stage_log), "--until", until]
     if count_builds:
@@ -74,7 +86,7 @@ def kill_during(ws: Path, url: str, log: Path, stage: str, stage_s: dict[str, fl
     if p.poll() is None:
         p.send_signal(signal.SIGKILL)
         p.wait()
-        killed = True
+        killed = where != "finished"  # a kill after the last stage (the child was exiting) is not a mid-run kill
     else:
         killed = False
     p.communicate()
@@ -89,4 +101,4 @@ def crash_chain(ws: Path, url: str, targets: list[str], stage_s: dict[str, float
     return events
 
 
-__all__ = ["STAGES", "child", "clean_run", "crash_chain", "durations", "finish", "kill_during", "stage_lines"]
+__all__ = ["STAGES", "source_hash", "child", "clean_run", "crash_chain", "durations", "finish", "kill_during", "stage_lines"]
