@@ -8,41 +8,21 @@ optimizer steps of the tiny model per stage); evaluation runs the same endpoint 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from agentscaler.catalog import Catalog
-from agentscaler.llm_server import free_port
 from agentscaler.workspace import Workspace
+from tests.scripted_endpoint import scripted_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "corpora"
 
 
-@contextlib.contextmanager
 def oracle_endpoint(ws: Workspace):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.scripted_llm", "--port", str(port), "--delay", "0.0",
-                             "--mode", "oracle", "--scenarios-glob", str(ws.root / "domains" / "*" / "scenarios.jsonl")],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        for _ in range(400):
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/models", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.05)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    return scripted_endpoint("oracle", scenarios_glob=str(ws.root / "domains" / "*" / "scenarios.jsonl"))
 
 
 @pytest.mark.slow

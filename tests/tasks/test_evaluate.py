@@ -6,23 +6,18 @@ the real local SmolLM2 server."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import subprocess
-import sys
-import time
 
-import httpx
 import pytest
 
-from agentscaler.llm_server import free_port
 from agentscaler.models import GoldCall, Scenario, Trajectory, Verdict
 from agentscaler.workspace import Workspace
 from tasks.evaluate import eval_path, evaluate, summarize
 from tasks.rollout import RolloutConfig
 from tasks.scenarios import build_scenarios
-from tests.conftest import ROOT, load_shop_builder
+from tests.conftest import load_shop_builder
+from tests.scripted_endpoint import scripted_endpoint
 
 UNSAFE = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
 
@@ -35,23 +30,8 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     return ws
 
 
-@contextlib.contextmanager
 def scripted(ws: Workspace, mode: str, domain: str = "shop"):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.scripted_llm", "--port", str(port), "--delay", "0.0",
-                             "--mode", mode, "--scenarios", str(ws.domain_dir(domain) / "scenarios.jsonl")],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        for _ in range(300):
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/models", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.05)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    return scripted_endpoint(mode, [ws.domain_dir(domain) / "scenarios.jsonl"])
 
 
 def _sc(sid: str, n_calls: int) -> Scenario:

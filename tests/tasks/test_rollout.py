@@ -7,14 +7,9 @@ test (`-m llm`) runs the real local SmolLM2 server end to end, with the LLM user
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import subprocess
-import sys
-import time
 
-import httpx
 import pytest
 
 from agentscaler.llm_server import free_port
@@ -25,7 +20,8 @@ from tasks.rollout import (END_REASONS, TRAJECTORIES, RolloutConfig, TrajectoryW
 from tasks.scenarios import build_scenarios
 from tasks.users import NUDGE
 from tasks.verify import verify_run
-from tests.conftest import ROOT, load_shop_builder
+from tests.conftest import load_shop_builder
+from tests.scripted_endpoint import scripted_endpoint
 from tests.llm_fixtures import local_llm  # noqa: F401 - session fixture
 
 UNSAFE = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
@@ -39,25 +35,9 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     return ws
 
 
-@contextlib.contextmanager
 def scripted_server(ws: Workspace | None = None, mode: str = "oracle", delay: float = 0.01, fail_first: int = 0):
-    port = free_port()
-    cmd = [sys.executable, "-m", "benchmarks.scripted_llm", "--port", str(port), "--delay", str(delay),
-           "--mode", mode, "--fail-first", str(fail_first)]
-    if ws is not None:
-        cmd += ["--scenarios", str(ws.domain_dir("shop") / "scenarios.jsonl")]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        for _ in range(200):
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/models", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.05)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    scenarios = [ws.domain_dir("shop") / "scenarios.jsonl"] if ws is not None else []
+    return scripted_endpoint(mode, scenarios, delay=delay, fail_first=fail_first)
 
 
 def _cfg(**kw) -> RolloutConfig:
