@@ -164,7 +164,9 @@ def demo_cmd(minutes: int = typer.Option(20, "--minutes", help="Time budget the 
         emit(out)
         return
     Console().print(out["funnel"])
-    Console().print(f"report: {out['report']}")
+    if out.get("closed_loop"):
+        Console().print({"closed_loop": out["closed_loop"]})
+    Console().print(f"report: {out['report']}  ({out['wall_s']} s)")
 
 
 # --- stage commands are added below, one section per stage --------------------------------------

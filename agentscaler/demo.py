@@ -21,14 +21,15 @@ DEMO = {
     "llm": "local",
     "user": "scripted",
     "trials": 1,
-    "rollout_domains": 12,
-    "rollout_per_domain": 2,
+    "rollout_domains": 6,
+    "rollout_per_domain": 1,
+    "gold_replay_domains": 20,  # demonstrations from gold calls, labelled agent_model="gold-replay"
     "train": True,
     "max_steps": 6,
     "train_config_dir": "cpu-demo",  # training/configs/cpu-demo/: small steps for 2 CPU cores
     "evaluate": True,
     "k": 2,
-    "eval_max_scenarios": 6,
+    "eval_max_scenarios": 4,
     # SmolLM2-135M on 2 cores: short conversations keep the demo inside its time budget.
     "max_turns": 3,
     "agent_steps": 3,
@@ -48,4 +49,5 @@ def run_demo(workspace: Path, **overrides: Any) -> dict[str, Any]:
     summary = pipeline_flow(str(workspace), **params)
     report = write_report(Workspace(workspace), None)
     return {"funnel": summary["funnel"], "failed": summary.get("failed", {}), "report": report.get("markdown"),
+            "closed_loop": summary.get("closed_loop"),
             "wall_s": round(time.perf_counter() - t0, 1), "run_id": summary["run_id"]}

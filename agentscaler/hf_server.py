@@ -38,7 +38,7 @@ import httpx
 
 from agentscaler.llm_server import LLMServerError, _log_tail, _stop, free_port
 
-__all__ = ["HFServerError", "hf_server", "build_app", "normalize_messages"]
+__all__ = ["HFServerError", "build_app", "hf_server", "normalize_messages"]
 
 
 class HFServerError(LLMServerError):

@@ -24,6 +24,7 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
                   max_length: int = 4, seed: int = 0, domains_limit: int | None = None, tau2_verticals: bool = True,
                   llm: str = "local", model: str = "smollm2-135m", user: str = "scripted", trials: int = 1,
                   rollout_domains: int | None = None, rollout_per_domain: int | None = None,
+                  gold_replay_domains: int = 0,
                   train: bool = True, max_steps: int | None = None, train_config_dir: str | None = None,
                   train_model: str | None = None,
                   evaluate: bool = True, k: int = 2,
@@ -32,7 +33,10 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
     """Run every stage; the summary holds each stage's result and the funnel.
 
     max_steps caps SFT optimizer steps; agent_steps caps the agent's tool-call rounds per turn;
-    train_model overrides the stage-1 config's model (e.g. "tiny")."""
+    train_model overrides the stage-1 config's model (e.g. "tiny"); gold_replay_domains > 0 adds
+    gold-replayed demonstrations (labelled agent_model="gold-replay") of that many training domains
+    (plus the tau2 verticals) to the SFT data. With training and evaluation on, the trained
+    checkpoint is evaluated too, on the same held-out scenarios: the closed loop."""
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
     params = {k_: v for k_, v in locals().items() if k_ not in ("ws", "catalog")}
@@ -48,6 +52,13 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
                                                         split="train", per_domain=rollout_per_domain,
                                                         domains=train_domains, max_turns=max_turns,
                                                         max_steps=agent_steps, max_tokens=max_tokens)
+        if gold_replay_domains:
+            from tasks.closed_loop import gold_replay_run
+
+            replay = _domains_with(ws, "train")
+            replay = [d for d in replay if not d.startswith("tau2")][:gold_replay_domains] + \
+                [d for d in replay if d.startswith("tau2")]
+            summary["gold_replay"] = _brief(gold_replay_run(ws, replay))
         if train:
             from flows.train_sft import train_sft_flow
 
@@ -56,9 +67,14 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
         if evaluate:
             from flows.evaluate import evaluate_flow
 
-            summary["evaluate"] = _brief(evaluate_flow(str(ws.root), llm=llm, model=model, k=k,
-                                                       max_scenarios=eval_max_scenarios, max_turns=max_turns,
-                                                       max_steps=agent_steps, max_tokens=max_tokens))
+            eval_args = dict(k=k, max_scenarios=eval_max_scenarios, max_turns=max_turns, max_steps=agent_steps,
+                             max_tokens=max_tokens)
+            summary["evaluate"] = _brief(evaluate_flow(str(ws.root), llm=llm, model=model, **eval_args))
+            checkpoint = _trained_checkpoint(summary.get("train"))
+            if checkpoint and llm == "local":
+                summary["evaluate_trained"] = _brief(evaluate_flow(str(ws.root), llm="local", model="trained",
+                                                                   checkpoint=checkpoint, **eval_args))
+            summary["closed_loop"] = closed_loop_table(summary)
         summary["funnel"] = funnel(ws, summary)
         summary["failed"] = {**summary["build"].get("failed", {}), **summary["experience"].get("failed", {})}
         publish_markdown("pipeline-funnel", funnel_markdown(summary["funnel"]), "tools -> ... -> SFT rows")
@@ -78,6 +94,27 @@ def add_tau2_verticals(ws: Workspace) -> dict[str, Any]:
         d = tau2_domain_dir(ws, name).name
         rows = load_scenarios(ws, d)
         out[d] = {"train": sum(s.split == "train" for s in rows), "heldout": sum(s.split == "heldout" for s in rows)}
+    return out
+
+
+def _trained_checkpoint(train: dict[str, Any] | None) -> str | None:
+    """The last trained stage's final model folder, if any stage trained."""
+    for stage in ("stage2", "stage1"):
+        result = ((train or {}).get("train") or {}).get(stage) or {}
+        if result.get("final_dir"):
+            return str(result["final_dir"])
+    return None
+
+
+def closed_loop_table(summary: dict[str, Any]) -> dict[str, Any]:
+    """Before/after on the same held-out scenarios: pass^1..k, trials, wall time."""
+    out: dict[str, Any] = {}
+    for name, key in (("baseline", "evaluate"), ("trained", "evaluate_trained")):
+        rep = summary.get(key)
+        if rep:
+            overall = (rep.get("pass^k") or {}).get("overall") or {}
+            out[name] = {"pass^k": overall.get("pass^k"), "scenarios": overall.get("scenarios"),
+                         "trials": overall.get("trials"), "wall_s": rep.get("wall_s")}
     return out
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -187,21 +186,31 @@ def gold_replay_run(ws: Workspace, domains: list[str], run_id: str = "gold-repla
 
 # --- the loop -------------------------------------------------------------------------------------
 
-def conversation_seconds(ws: Workspace, run_id: str) -> dict[str, float]:
-    """Summed per-conversation time of a run (from the trajectories, so it survives a resumed run)."""
+def trajectory_stats(ws: Workspace, run_id: str) -> dict[str, Any]:
+    """Per run, from the trajectories (so it survives a resumed run): summed conversation and agent-LLM
+    time, trials where the agent attempted a tool call (well-formed or not), format errors, executed calls."""
     from tasks.rollout import load_trajectories
 
     trajs = load_trajectories(ws, run_id)
+
+    def attempted(t: Trajectory) -> bool:
+        return any(m.get("role") == "assistant" and (m.get("tool_calls") or "tool_call>" in str(m.get("content") or ""))
+                   for m in t.messages)
+
     return {"conversations_s": round(sum(t.timings.get("total_s", 0.0) for t in trajs), 1),
-            "agent_llm_s": round(sum(t.timings.get("agent_llm_s", 0.0) for t in trajs), 1)}
+            "agent_llm_s": round(sum(t.timings.get("agent_llm_s", 0.0) for t in trajs), 1),
+            "trials_attempting_calls": sum(attempted(t) for t in trajs),
+            "format_errors": sum(t.tokens.get("n_format_errors", 0) for t in trajs),
+            "tool_calls_executed": sum(t.tokens.get("n_tool_calls", 0) for t in trajs)}
 
 
 def _summary(report: dict[str, Any], seconds: float, ws: Workspace | None = None) -> dict[str, Any]:
     overall = (report.get("pass^k") or {}).get("overall") or {}
-    times = conversation_seconds(ws, report["run_id"]) if ws is not None and report.get("run_id") else {}
+    overall = overall.get("pass^k", overall)  # {"1": p, "2": p, ...}
+    times = trajectory_stats(ws, report["run_id"]) if ws is not None and report.get("run_id") else {}
     return {**times, "run_id": report.get("run_id"), "model": report.get("model"), "scenarios": report.get("scenarios"),
             "trials": report.get("verified"), "passed": report.get("passed"), "accuracy": report.get("accuracy"),
-            "pass^k": overall, "pass^k_raw": (report.get("pass^k_raw") or {}).get("overall"),
+            "pass^k": overall, "pass^k_raw": ((report.get("pass^k_raw") or {}).get("overall") or {}).get("pass^k"),
             "excluded": (report.get("pass^k") or {}).get("excluded"), "attribution": report.get("attribution"),
             "reasons": report.get("reasons"), "end_reasons": report.get("end_reasons"), "seconds": round(seconds, 1)}
 
@@ -231,8 +240,8 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
     held, train = out["workspace"]["heldout"], out["workspace"]["train"]
     rcfg = RolloutConfig(max_turns=cfg.max_turns, max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
                          temperature=cfg.temperature)
-    eval_kw = dict(k=cfg.k, split="heldout", max_scenarios=cfg.heldout_scenarios, domains=held, cfg=rcfg,
-                   concurrency=1, timeout=300)
+    eval_kw: dict[str, Any] = {"k": cfg.k, "split": "heldout", "max_scenarios": cfg.heldout_scenarios,
+                               "domains": held, "cfg": rcfg, "concurrency": 1, "timeout": 300}
 
     t = time.perf_counter()
     collect_runs: list[str] = []
@@ -289,7 +298,9 @@ def refresh_report(ws: Workspace) -> dict[str, Any]:
     path = ws.reports_dir / "closed_loop.json"
     out = json.loads(path.read_text())
     for side in ("baseline", "trained"):
-        out[side].update(conversation_seconds(ws, out[side]["run_id"]))
+        out[side].update(trajectory_stats(ws, out[side]["run_id"]))
+        pk = out[side].get("pass^k") or {}
+        out[side]["pass^k"] = pk.get("pass^k", pk)
     atomic_write_json(path, out)
     atomic_write_text(ws.reports_dir / "closed_loop.md", markdown(out))
     return out
@@ -309,25 +320,29 @@ def markdown(out: dict[str, Any]) -> str:
     gold = out["gold_replay"]
     lines = [
         "# Closed loop on CPU: SmolLM2-135M before and after stage-1 SFT", "",
-        f"Held-out domains {out['workspace']['heldout']} (never trained on); "
-        f"{b['scenarios']} held-out scenarios x k={cfg['k']} trials, agent temperature {cfg['temperature']}, "
-        f"scripted user, max_turns {cfg['max_turns']}, max_tokens {cfg['max_tokens']}.", "",
+        (f"Held-out domains {out['workspace']['heldout']} (never trained on); "
+         f"{b['scenarios']} held-out scenarios x k={cfg['k']} trials, agent temperature {cfg['temperature']}, "
+         f"scripted user, max_turns {cfg['max_turns']}, max_tokens {cfg['max_tokens']}."), "",
         f"| model | runtime | trials | passed | pass^1 | pass^{k} | eval wall (s) | conversations (s) | agent LLM (s) |",
         "|---|---|---|---|---|---|---|---|---|",
-        f"| {b['model']} (base) | llama.cpp GGUF | {b['trials']} | {b['passed']} | {_fmt(b['pass^k'].get('1'))} "
-        f"| {_fmt(b['pass^k'].get(k))} | {b['seconds']} | {_t(b.get('conversations_s'))} | {_t(b.get('agent_llm_s'))} |",
-        f"| {tr['model']} | transformers fp32 (hf_server) | {tr['trials']} | {tr['passed']} "
-        f"| {_fmt(tr['pass^k'].get('1'))} | {_fmt(tr['pass^k'].get(k))} | {tr['seconds']} "
-        f"| {_t(tr.get('conversations_s'))} | {_t(tr.get('agent_llm_s'))} |", "",
-        "eval wall = this invocation (a resumed evaluation skips finished conversations); conversations = "
-        "summed per-conversation time from the trajectories (2 in flight, so it exceeds wall time).", "",
+        (f"| {b['model']} (base) | llama.cpp GGUF | {b['trials']} | {b['passed']} | {_fmt(b['pass^k'].get('1'))} "
+         f"| {_fmt(b['pass^k'].get(k))} | {b['seconds']} | {_t(b.get('conversations_s'))} | {_t(b.get('agent_llm_s'))} |"),
+        (f"| {tr['model']} | transformers fp32 (hf_server) | {tr['trials']} | {tr['passed']} "
+         f"| {_fmt(tr['pass^k'].get('1'))} | {_fmt(tr['pass^k'].get(k))} | {tr['seconds']} "
+         f"| {_t(tr.get('conversations_s'))} | {_t(tr.get('agent_llm_s'))} |"), "",
+        ("eval wall = this invocation (a resumed evaluation skips finished conversations); conversations = "
+         "summed per-conversation time from the trajectories (2 in flight, so it exceeds wall time)."), "",
+        "| model | trials attempting a tool call | format errors (malformed calls) | tool calls executed |",
+        "|---|---|---|---|",
+        *[f"| {x['model']} | {x.get('trials_attempting_calls', 'n/a')} | {x.get('format_errors', 'n/a')} "
+          f"| {x.get('tool_calls_executed', 'n/a')} |" for x in (b, tr)], "",
         "Training data (stage 1, train-split domains only): "
         f"{gold['passed']}/{gold['written']} **gold-replayed** trajectories verified "
         f"(agent_model=`gold-replay`: demonstrations built from the scenarios' gold calls, not model experience)"
         + (f"; base-model rollouts: {out['collected']['funnel']}" if out.get("collected") else "; no base-model rollouts")
         + f". Export kept {out['export']['kept']}.", "",
-        f"SFT: {out['train']['global_step']} steps, loss {_fmt(out['train']['first_loss'])} -> "
-        f"{_fmt(out['train']['last_loss'])}, {_fmt(out['train']['train_seconds'])} s.", "",
+        (f"SFT: {out['train']['global_step']} steps, loss {_fmt(out['train']['first_loss'])} -> "
+         f"{_fmt(out['train']['last_loss'])}, {_t(out['train']['train_seconds'])} s."), "",
         "| phase | seconds |", "|---|---|", *[f"| {p} | {s} |" for p, s in ph.items()], "",
         f"Failure reasons, base: {b['reasons']}; trained: {tr['reasons']}.", "",
     ]

@@ -10,7 +10,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentscaler.hf_server import HFServerError, hf_server, normalize_messages, split_tool_calls
+from agentscaler.hf_server import (
+    HFServerError,
+    hf_server,
+    normalize_messages,
+    split_tool_calls,
+)
 from agentscaler.llm import LLMClient, LLMFormatError
 
 TOOLS = [{"type": "function", "function": {
@@ -108,15 +113,14 @@ def test_normalize_messages_decodes_arguments():
 
 
 def test_not_a_checkpoint_is_a_clear_error(tmp_path):
-    with pytest.raises(HFServerError, match="no config.json"):
-        with hf_server(tmp_path):
-            pass
+    with pytest.raises(HFServerError, match="no config.json"), hf_server(tmp_path):
+        pass
 
 
 def test_server_that_dies_reports_its_log(tmp_path):
     (tmp_path / "config.json").write_text("{broken")
     log = tmp_path / "server.log"
-    with pytest.raises(HFServerError, match="exited with code") as ei:
-        with hf_server(tmp_path, log_path=log, startup_timeout=120):
-            pass
+    with pytest.raises(HFServerError, match="exited with code") as ei, \
+            hf_server(tmp_path, log_path=log, startup_timeout=120):
+        pass
     assert "Traceback" in str(ei.value) or "Error" in str(ei.value)
