@@ -17,7 +17,7 @@ from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from envs.sandbox import unsafe_from_env
 from envs.spec import ToolSpec
-from tasks.synth_llm import (StepError, SynthLLMConfig, extract_code, parse_rows, parse_tables, static_check,
+from tasks.synth_llm import (StepError, extract_code, parse_rows, parse_tables, static_check,
                              synthesize_llm)
 from tasks.synthesize import SynthesisError, synthesize_domain
 
