@@ -137,10 +137,8 @@ def funnel(ws: Workspace, summary: dict[str, Any]) -> dict[str, int]:
 
     domains = json.loads(ws.domains_path.read_text()) if ws.domains_path.exists() else []
     sft = 0
-    report = ws.sft_dir / "report.json"
-    if report.exists():
-        stages = json.loads(report.read_text()).get("stages", {})
-        sft = sum(sum((s.get("rows") or {}).values()) for s in stages.values())
+    for stage_report in ws.sft_dir.glob("stage*/report.json"):
+        sft += sum((json.loads(stage_report.read_text()).get("rows") or {}).values())
     exp = summary.get("experience") or {}
     return {"tools": int((summary.get("ingest") or {}).get("total", 0)), "domains": len(domains),
             "environments": len(ws.domain_ids()), "scenarios": len(load_scenarios(ws)),

@@ -16,6 +16,7 @@ from agentscaler.workspace import Workspace
 from flows.common import publish_markdown, run_record
 from tasks.export import export_task
 from tasks.train import train_task
+from training.config import default_config_path, load_config
 
 
 @flow(name="train-sft")
@@ -31,17 +32,19 @@ def train_sft_flow(workspace: str, stages: list[int] | None = None, max_steps: i
     stages = sorted(stages or [1, 2])
     catalog = Catalog(ws.catalog_path)
     with run_record(catalog, "train_sft", {"stages": stages, "max_steps": max_steps, "model": model}) as summary:
-        export = export_task(str(ws.root), tuple(stages), run_ids=run_ids)
-        summary["export"] = export
+        summary["export"] = {}
         results: dict[str, Any] = {}
         for stage in stages:
+            # Each stage exports with its own config's max_length: rows are filtered, never truncated.
+            config = _config_path(config_dir, stage) or default_config_path(stage)
+            export = export_task(str(ws.root), (stage,), run_ids=run_ids, max_length=load_config(config).max_length)
+            summary["export"][f"stage{stage}"] = export
             rows = _train_rows(export, stage)
             if rows == 0:
                 results[f"stage{stage}"] = {"skipped": f"no stage-{stage} training rows"}
                 continue
             results[f"stage{stage}"] = train_task(
-                str(ws.root), stage, config=_config_path(config_dir, stage),
-                max_steps=max_steps, model=model if stage == 1 else None,
+                str(ws.root), stage, config=config, max_steps=max_steps, model=model if stage == 1 else None,
                 accelerate_config=Path(accelerate_config) if accelerate_config else None,
                 num_processes=num_processes)
         summary["train"] = results

@@ -51,5 +51,5 @@ def test_pipeline_end_to_end(tmp_path: Path, prefect_harness):
     runs = {r["flow"]: r["status"] for r in catalog.runs()}
     assert runs["pipeline"] == "done"
     assert (ws.sft_dir / "stage1" / "train.parquet").exists()
-    report = json.loads((ws.sft_dir / "report.json").read_text())
-    assert report["stages"]["stage1"]["rows"]["train"] > 0
+    report = json.loads((ws.sft_dir / "stage1" / "report.json").read_text())
+    assert report["rows"]["train"] > 0
