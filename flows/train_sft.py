@@ -6,13 +6,15 @@ Prefect process; its log streams into the Prefect run's log.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
 from agentscaler.catalog import Catalog
-from agentscaler.workspace import Workspace
+from agentscaler.hashing import content_hash
+from agentscaler.workspace import Workspace, atomic_write_json
 from flows.common import publish_markdown, run_record
 from tasks.export import export_task
 from tasks.train import train_task
@@ -43,13 +45,40 @@ def train_sft_flow(workspace: str, stages: list[int] | None = None, max_steps: i
             if rows == 0:
                 results[f"stage{stage}"] = {"skipped": f"no stage-{stage} training rows"}
                 continue
+            key = _training_key(ws, stage, config, max_steps, model if stage == 1 else None, results)
+            done = _finished(ws, stage, key)
+            if done is not None:  # same data, config and parent weights: a re-run resumes past it
+                results[f"stage{stage}"] = {**done, "skipped_finished": True}
+                continue
             results[f"stage{stage}"] = train_task(
                 str(ws.root), stage, config=config, max_steps=max_steps, model=model if stage == 1 else None,
                 accelerate_config=Path(accelerate_config) if accelerate_config else None,
                 num_processes=num_processes)
+            results[f"stage{stage}"]["key"] = key
+            atomic_write_json(ws.models_dir / f"stage{stage}" / "key.json", {"key": key})
         summary["train"] = results
         publish_markdown("train-sft", _markdown(summary), "SFT export and training")
     return summary
+
+
+def _training_key(ws: Workspace, stage: int, config: Path, max_steps: int | None, model: str | None,
+                  results: dict[str, Any]) -> str:
+    """What decides a stage's weights: its data, config, step cap, base model and (stage 2) stage 1's key."""
+    report = ws.sft_dir / f"stage{stage}" / "report.json"
+    data = json.loads(report.read_text()).get("content_hash") if report.exists() else None
+    parent = (results.get("stage1") or {}).get("key") if stage == 2 else None
+    return content_hash({"data": data, "config": Path(config).read_text(), "max_steps": max_steps,
+                         "model": model, "parent": parent})
+
+
+def _finished(ws: Workspace, stage: int, key: str) -> dict[str, Any] | None:
+    out = ws.models_dir / f"stage{stage}"
+    try:
+        if json.loads((out / "key.json").read_text())["key"] != key:
+            return None
+        return {**json.loads((out / "result.json").read_text()), "key": key}
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _config_path(config_dir: str | None, stage: int) -> Path | None:

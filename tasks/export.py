@@ -18,9 +18,14 @@ def export_stage(ws: Workspace, stages: tuple[int, ...] = (1, 2), run_ids: list[
     """Export and return the counts report (kept per stage/split, dropped by reason, errors).
 
     `max_length` defaults to the stage config's, so export and training filter the same way.
-    Scenarios flagged by the contamination check (`agentscaler contamination`) stay out.
+    Trajectories of held-out scenarios (evaluation runs) and of scenarios flagged by the
+    contamination check (`agentscaler contamination`) stay out, counted by reason.
     """
     from tasks.contamination import contaminated_ids
+    from tasks.scenarios import load_scenarios
+
+    exclude = {s.id: "heldout_scenario" for s in load_scenarios(ws) if s.split != "train"}
+    exclude.update({sid: "contaminated" for sid in contaminated_ids(ws)})
 
     from training.config import default_config_path, load_config
     from training.export import export_sft
@@ -29,7 +34,7 @@ def export_stage(ws: Workspace, stages: tuple[int, ...] = (1, 2), run_ids: list[
         max_length = min(load_config(default_config_path(s)).max_length for s in stages)
     return export_sft(ws, stages=stages, run_ids=run_ids, max_length=max_length,
                       target_domains=target_domains, eval_fraction=eval_fraction,
-                      exclude_scenarios=contaminated_ids(ws))
+                      exclude_scenarios=exclude)
 
 
 # --- Prefect ----------------------------------------------------------------------------------

@@ -157,11 +157,12 @@ def _eval_bucket(scenario_id: str) -> float:
 
 def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_LENGTH,
                target_domains: list[str] | None = None, eval_fraction: float = DEFAULT_EVAL_FRACTION,
-               exclude_scenarios: set[str] | None = None,
+               exclude_scenarios: dict[str, str] | None = None,
                ) -> tuple[dict[int, dict[str, list[dict]]], dict[str, Any]]:
     """Read trajectory files and return ({stage: {"train": rows, "eval": rows}}, report).
 
-    `exclude_scenarios`: scenario ids kept out of training (contamination flags), counted."""
+    `exclude_scenarios`: scenario id -> reason (held-out split, contamination flag); such
+    trajectories are kept out of training and counted under that reason."""
     dropped: Counter[str] = Counter()
     errors: list[str] = []
     read = skipped_unverified = 0
@@ -193,7 +194,8 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
                     skipped_unverified += 1
                     continue
                 if exclude_scenarios and traj.scenario_id in exclude_scenarios:
-                    drop("contaminated", where, f"scenario {traj.scenario_id} near-duplicates a test item")
+                    reason = exclude_scenarios[traj.scenario_id]
+                    drop(reason, where, f"scenario {traj.scenario_id} is excluded from training ({reason})")
                     continue
                 try:
                     row = row_from_trajectory(traj)
@@ -297,7 +299,7 @@ def export_sft(ws: Workspace, tokenizer: Any | None = None, stages: tuple[int, .
                run_ids: list[str] | None = None, max_length: int = DEFAULT_MAX_LENGTH,
                target_domains: list[str] | None = None, eval_fraction: float = DEFAULT_EVAL_FRACTION,
                tokenizer_loader: Callable[[], Any] | None = None,
-               exclude_scenarios: set[str] | None = None) -> dict[str, Any]:
+               exclude_scenarios: dict[str, str] | None = None) -> dict[str, Any]:
     """Export verified trajectories of `ws` to `<ws>/sft/stage{n}/`; returns the counts report."""
     if tokenizer is None:
         from training.gguf_convert import load_tokenizer

@@ -53,3 +53,11 @@ def test_pipeline_end_to_end(tmp_path: Path, prefect_harness):
     assert (ws.sft_dir / "stage1" / "train.parquet").exists()
     report = json.loads((ws.sft_dir / "stage1" / "report.json").read_text())
     assert report["rows"]["train"] > 0
+
+    # Re-running training on the same data resumes past the finished stage instead of retraining.
+    from flows.train_sft import train_sft_flow
+
+    again = train_sft_flow(str(ws.root), max_steps=2, config_dir="cpu-demo", model="tiny")
+    assert again["train"]["stage1"].get("skipped_finished") is True
+    assert again["train"]["stage1"]["final_dir"] == st1["final_dir"]
+

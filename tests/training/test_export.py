@@ -74,3 +74,19 @@ def test_normalize_rejects_bad_messages_with_reasons():
         {"role": "assistant", "content": "ok"}])
     assert out[0]["tool_calls"][0]["function"]["arguments"] == {} and out[1]["name"] == "ping"
     assert out[1]["content"] == '{"pong": true}'
+
+
+def test_excluded_scenarios_stay_out_and_are_counted(exported, tokenizer, tmp_path):
+    """Held-out (evaluation) and contaminated scenarios never become training rows."""
+    from training.export import build_rows, iter_trajectory_files
+
+    ws, report, _ = exported
+    files = iter_trajectory_files(ws)
+    kept_ids = {r["scenario_id"] for st in build_rows(files, tokenizer, max_length=1024)[0].values()
+                for rows in st.values() for r in rows}
+    heldout, flagged = sorted(kept_ids)[:1], sorted(kept_ids)[1:2]
+    exclude = {heldout[0]: "heldout_scenario", flagged[0]: "contaminated"}
+    splits, rep = build_rows(files, tokenizer, max_length=1024, exclude_scenarios=exclude)
+    left = {r["scenario_id"] for st in splits.values() for rows in st.values() for r in rows}
+    assert left == kept_ids - set(exclude)
+    assert rep["dropped"]["heldout_scenario"] >= 1 and rep["dropped"]["contaminated"] >= 1
