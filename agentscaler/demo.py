@@ -21,15 +21,15 @@ DEMO = {
     "llm": "local",
     "user": "scripted",
     "trials": 1,
-    "rollout_domains": 6,
+    "rollout_domains": 4,
     "rollout_per_domain": 1,
     "gold_replay_domains": 20,  # demonstrations from gold calls, labelled agent_model="gold-replay"
     "train": True,
-    "max_steps": 6,
+    "max_steps": 2,  # optimizer steps per SFT stage: ~40 s (stage 1) to ~90 s (stage 2) each on 2 cores
     "train_config_dir": "cpu-demo",  # training/configs/cpu-demo/: small steps for 2 CPU cores
     "evaluate": True,
     "k": 2,
-    "eval_max_scenarios": 4,
+    "eval_max_scenarios": 3,
     # SmolLM2-135M on 2 cores: short conversations keep the demo inside its time budget.
     "max_turns": 3,
     "agent_steps": 3,
