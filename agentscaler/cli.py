@@ -496,6 +496,24 @@ def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 st
 
 # --- rollout + verify (issue 7) -----------------------------------------------------------------
 
+def _with_llm_urls(llm: str, ws: Any, fn: Any) -> Any:
+    """fn(urls) with --llm URL[,URL] or the local server started for the call (--llm local)."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        if llm == "local":
+            from agentscaler.llm_server import LLMServerError, local_server
+
+            try:
+                urls: Any = stack.enter_context(local_server(log_path=ws.root / "reports" / "llm-server.log"))
+            except LLMServerError as e:
+                console.print(f"[red]{e}[/red]")
+                raise typer.Exit(1)
+        else:
+            urls = [u.strip() for u in llm.split(",") if u.strip()]
+        return fn(urls)
+
+
 @app.command("rollout")
 def rollout_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL(s), comma-separated, or 'local' (starts SmolLM2)."),
                 model: Optional[str] = typer.Option(None, "--model", help="Model name sent to the server (default smollm2-135m)."),
@@ -509,8 +527,6 @@ def rollout_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatibl
                 temperature: Optional[float] = typer.Option(None, "--temperature", help="Agent temperature (default 0, or 0.7 with --trials > 1)."),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Simulated user <-> agent <-> sandboxed tools; appends rollouts/<run>/trajectories.jsonl."""
-    import contextlib
-
     from agentscaler.settings import Settings
     from agentscaler.workspace import Workspace
     from tasks.rollout import RolloutConfig, run_rollouts
@@ -522,19 +538,9 @@ def rollout_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatibl
     cfg = RolloutConfig(user=user, max_turns=max_turns, temperature=temp, user_temperature=temp,
                         unsafe=Settings.from_env().allow_unsafe_sandbox)
     ws = Workspace(workspace_path())
-    with contextlib.ExitStack() as stack:
-        if llm == "local":
-            from agentscaler.llm_server import LLMServerError, local_server
-
-            try:
-                urls: Any = stack.enter_context(local_server(log_path=ws.root / "reports" / "llm-server.log"))
-            except LLMServerError as e:
-                console.print(f"[red]{e}[/red]")
-                raise typer.Exit(1)
-        else:
-            urls = [u.strip() for u in llm.split(",") if u.strip()]
-        out = run_rollouts(ws, urls, model=model or "smollm2-135m", trials=trials, split=split,
-                           max_scenarios=max_scenarios, cfg=cfg, run_id=run, concurrency=concurrency)
+    out = _with_llm_urls(llm, ws, lambda urls: run_rollouts(
+        ws, urls, model=model or "smollm2-135m", trials=trials, split=split, max_scenarios=max_scenarios, cfg=cfg,
+        run_id=run, concurrency=concurrency))
     if as_json:
         emit(out)
         return
@@ -566,22 +572,6 @@ def verify_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (de
 
 
 # --- evaluation and reports (issue 10) ----------------------------------------------------------
-def _with_llm_urls(llm: str, ws: Any, fn: Any) -> Any:
-    """fn(urls) with --llm URL[,URL] or the local server started for the call (--llm local)."""
-    import contextlib
-
-    with contextlib.ExitStack() as stack:
-        if llm == "local":
-            from agentscaler.llm_server import LLMServerError, local_server
-
-            try:
-                urls: Any = stack.enter_context(local_server(log_path=ws.root / "reports" / "llm-server.log"))
-            except LLMServerError as e:
-                console.print(f"[red]{e}[/red]")
-                raise typer.Exit(1)
-        else:
-            urls = [u.strip() for u in llm.split(",") if u.strip()]
-        return fn(urls)
 
 
 @app.command("evaluate")

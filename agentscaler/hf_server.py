@@ -24,9 +24,7 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -34,9 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 
-from agentscaler.llm_server import LLMServerError, _log_tail, _stop, free_port
+from agentscaler.llm_server import LLMServerError, default_log_path, free_port, serve_process
 
 __all__ = ["HFServerError", "build_app", "hf_server", "normalize_messages"]
 
@@ -58,45 +55,14 @@ def hf_server(checkpoint_dir: Path | str, port: int | None = None, host: str = "
     if not (ckpt / "config.json").is_file():
         raise HFServerError(f"not a Hugging Face checkpoint (no config.json): {ckpt}")
     port = port or free_port(host)
-    if log_path is None:
-        log_dir = Path(tempfile.gettempdir()) / "agentscaler-llm"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = log_dir / f"hf-server-{port}.log"
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "agentscaler.hf_server", "--checkpoint", str(ckpt.resolve()), "--host", host,
            "--port", str(port), "--max-new-tokens", str(max_new_tokens), "--model-alias", model_alias or ckpt.name]
     if threads:
         cmd += ["--threads", str(threads)]
-    base_url = f"http://{host}:{port}/v1"
     env = os.environ | {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    with open(log_path, "ab") as log:
-        log.write(f"$ {' '.join(cmd)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
-    try:
-        _wait_ready(proc, base_url, startup_timeout, log_path)
+    with serve_process(cmd, f"http://{host}:{port}/v1", log_path or default_log_path(f"hf-server-{port}.log"), env,
+                       startup_timeout, "HF checkpoint server", HFServerError) as base_url:
         yield base_url
-    finally:
-        _stop(proc)
-
-
-def _wait_ready(proc: subprocess.Popen, base_url: str, timeout: float, log_path: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise HFServerError(f"HF checkpoint server exited with code {proc.returncode} during start-up "
-                                f"(log {log_path}):\n{_log_tail(log_path)}")
-        try:
-            if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise HFServerError(f"HF checkpoint server not ready within {timeout}s (log {log_path}):\n"
-                                f"{_log_tail(log_path)}")
-        time.sleep(0.3)
 
 
 # --- inside the server process ------------------------------------------------------------------

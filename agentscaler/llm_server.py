@@ -90,41 +90,53 @@ def local_server(model_path: Path | str | None = None, port: int | None = None, 
     if not model_path.is_file():
         raise LLMServerError(f"model file not found: {model_path}")
     port = port or free_port(host)
-    if log_path is None:
-        log_dir = Path(tempfile.gettempdir()) / "agentscaler-llm"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = log_dir / f"server-{port}.log"
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = server_command(model_path, host, port, n_ctx, chat_format, model_alias, n_threads)
-    base_url = f"http://{host}:{port}/v1"
     # llama-cpp-python's server lets $HOST and $PORT override its arguments: keep ours
     env = {k: v for k, v in os.environ.items() if k not in ("HOST", "PORT")} | {"PYTHONUNBUFFERED": "1"}
+    with serve_process(cmd, f"http://{host}:{port}/v1", log_path or default_log_path(f"server-{port}.log"), env,
+                       startup_timeout, "local LLM server", LLMServerError) as base_url:
+        yield base_url
+
+
+def default_log_path(name: str) -> Path:
+    return Path(tempfile.gettempdir()) / "agentscaler-llm" / name
+
+
+@contextlib.contextmanager
+def serve_process(cmd: list[str], base_url: str, log_path: Path | str, env: dict[str, str], startup_timeout: float,
+                  what: str, error: type[Exception]) -> Iterator[str]:
+    """Run an OpenAI-compatible server subprocess (own session, log to a file) for the block.
+
+    Waits for GET {base_url}/models; raises `error` with the log tail if it exits or is not ready
+    in time; stops the whole process group afterwards."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
     try:
-        _wait_ready(proc, base_url, startup_timeout, log_path)
+        _wait_ready(proc, base_url, startup_timeout, log_path, what, error)
         yield base_url
     finally:
         _stop(proc)
 
 
-def _wait_ready(proc: subprocess.Popen, base_url: str, timeout: float, log_path: Path) -> None:
+def _wait_ready(proc: subprocess.Popen, base_url: str, timeout: float, log_path: Path, what: str,
+                error: type[Exception]) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
-            raise LLMServerError(f"local LLM server exited with code {proc.returncode} during start-up "
-                                 f"(log {log_path}):\n{_log_tail(log_path)}")
+            raise error(f"{what} exited with code {proc.returncode} during start-up "
+                        f"(log {log_path}):\n{_log_tail(log_path)}")
         try:
             if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            raise LLMServerError(f"local LLM server not ready within {timeout}s (log {log_path}):\n{_log_tail(log_path)}")
+            raise error(f"{what} not ready within {timeout}s (log {log_path}):\n{_log_tail(log_path)}")
         time.sleep(0.2)
 
 

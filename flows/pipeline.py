@@ -140,9 +140,11 @@ def funnel(ws: Workspace, summary: dict[str, Any]) -> dict[str, int]:
     for stage_report in ws.sft_dir.glob("stage*/report.json"):
         sft += sum((json.loads(stage_report.read_text()).get("rows") or {}).values())
     exp = summary.get("experience") or {}
+    gold = summary.get("gold_replay") or {}
     return {"tools": int((summary.get("ingest") or {}).get("total", 0)), "domains": len(domains),
             "environments": len(ws.domain_ids()), "scenarios": len(load_scenarios(ws)),
-            "trajectories": int(exp.get("trajectories", 0)), "verified": int(exp.get("verified", 0)), "sft_rows": sft}
+            "trajectories": int(exp.get("trajectories", 0)) + int(gold.get("written", 0)),
+            "verified": int(exp.get("verified", 0)) + int(gold.get("passed", 0)), "sft_rows": sft}
 
 
 def funnel_markdown(f: dict[str, int]) -> str:
