@@ -288,17 +288,6 @@ def _validation_feedback(v: dict[str, Any], rows: dict[str, list[dict[str, Any]]
 
 
 # --- the loop ------------------------------------------------------------------------------------
-def _dedupe(tools: list[Tool]) -> tuple[list[Tool], dict[str, str]]:
-    seen, out, skipped = set(), [], {}
-    for t in sorted(tools, key=lambda t: t.name):
-        if t.name in seen:
-            skipped[t.name] = "duplicate_name"
-            continue
-        seen.add(t.name)
-        out.append(t)
-    return out, skipped
-
-
 def _edges(names: set[str], given: list[dict[str, Any]] | None) -> list[Edge]:
     out: dict[tuple[str, str, str], Edge] = {}
     for g in given or []:
@@ -457,7 +446,9 @@ def synthesize_llm(domain_id: str, tools: list[Tool], record: dict[str, Any] | N
     cfg = config if isinstance(config, SynthLLMConfig) else SynthLLMConfig.model_validate(config or {})
     record = record or {}
     unsafe = unsafe_from_env() if unsafe is None else unsafe
-    members, skipped = _dedupe(tools)
+    from tasks.synth_rules import dedupe_tools
+
+    members, skipped = dedupe_tools(sorted(tools, key=lambda t: t.name))
     if not members:
         raise SynthesisError(f"domain {domain_id}: no tools to synthesize")
     name = str(record.get("name") or "") or "_".join(t.name for t in members[:3])

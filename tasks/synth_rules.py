@@ -751,7 +751,8 @@ def _next_int(db, table, key):
 
 
 # --- the synthesizer ----------------------------------------------------------------------------
-def _dedupe(tools: list[Tool]) -> tuple[list[Tool], dict[str, str]]:
+def dedupe_tools(tools: list[Tool]) -> tuple[list[Tool], dict[str, str]]:
+    """Keep the first tool of each name (tool code has one function per name); report the rest."""
     seen: set[str] = set()
     out, skipped = [], {}
     for t in tools:
@@ -792,7 +793,7 @@ def infer_edges(plans: list[Plan], given: list[dict[str, Any]] | None) -> list[E
 def synthesize_rules(domain_id: str, tools: list[Tool], name: str = "", given_edges: list[dict] | None = None,
                      seed: int = 0, clock: str = "2024-05-15T15:00:00") -> Synthesis:
     """The whole rule-based synthesis of one domain, as data and text (nothing is executed)."""
-    tools, skipped = _dedupe(sorted(tools, key=lambda t: t.name))
+    tools, skipped = dedupe_tools(sorted(tools, key=lambda t: t.name))
     if not tools:
         raise ValueError(f"domain {domain_id}: no tools to synthesize")
     rng = random.Random(f"{domain_id}:{seed}")
