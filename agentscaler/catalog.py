@@ -16,6 +16,8 @@ from sqlalchemy import JSON, DateTime, Integer, String, Text, create_engine, eve
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from agentscaler.workspace import file_lock
+
 STATUSES = ("pending", "running", "done", "failed")
 
 
@@ -77,8 +79,17 @@ def engine_for(path: Path) -> Engine:
             cur.execute("PRAGMA busy_timeout=60000")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.close()
+            dbapi_conn.isolation_level = None  # we BEGIN ourselves (below), not pysqlite before DML only
 
-        Base.metadata.create_all(eng)
+        @event.listens_for(eng, "begin")
+        def _begin(conn):  # noqa: ANN001
+            # Every transaction takes the write lock up front, so a read-modify-write (attempts + 1)
+            # by two processes at once is serialized instead of losing one update.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        # create_all checks then creates: two processes opening a new catalog at once would race.
+        with file_lock(Path(key + ".lock")):
+            Base.metadata.create_all(eng)
         _ENGINES[key] = eng
     return _ENGINES[key]
 

@@ -114,3 +114,19 @@ def test_toolstore_roundtrip(tmp_path: Path):
     tools = [_tool(), _tool("get_order", returns={"type": "object"}, category="shop", kind="read")]
     save_tools(tmp_path / "tools.parquet", tools)
     assert load_tools(tmp_path / "tools.parquet") == tools
+
+
+def _open_catalog(path: str) -> None:
+    Catalog(Path(path)).mark("d", "synthesize", "running")
+
+
+def test_new_catalog_opened_by_many_processes_at_once(tmp_path: Path):
+    """Creating the tables is serialized: no 'table already exists' when runs start together."""
+    path = str(tmp_path / "fresh" / "catalog.sqlite")
+    procs = [mp.get_context("spawn").Process(target=_open_catalog, args=(path,)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert Catalog(Path(path)).stage_status("d", "synthesize")["attempts"] == 4
