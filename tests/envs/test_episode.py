@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -96,6 +97,40 @@ def test_argument_errors_are_clear(env):
         assert res.error.startswith(("invalid arguments for", "arguments of", "unknown tool"))
     assert env.call("get_user", '{"user_id": "u2"}').content["name"] == "Alan Turing"
     assert env.call("get_user", {"user_id": "nobody"}).error == "user nobody not found"
+
+
+def test_result_text_is_what_the_agent_sees(env):
+    """A call's content arrives as JSON text: text() hands it over as is, content parses it."""
+    env.reset()
+    res = env.call("get_user", {"user_id": "u1"})
+    assert res.text() == json.dumps(res.content, ensure_ascii=False)
+    assert res.content["name"] == "Ada Lovelace" and res.model_dump()["ok"] is True
+    orders = env.call("list_user_orders", {"user_id": "u1"})
+    assert isinstance(orders.content, list) and orders.text() == json.dumps(orders.content, ensure_ascii=False)
+    assert res == ToolResult(True, dict(res.content)) and res != orders
+    assert ToolResult(True, "plain").text() == "plain" and ToolResult(False, None, "boom").text() == "Error: boom"
+
+
+def test_sleeping_transport_gives_the_same_results(shop):
+    """spin_us=0 (each side sleeps on the pipe at once) is the same protocol, only slower."""
+    with Environment.open(shop, unsafe=UNSAFE, spin_us=0) as slow, Environment.open(shop, unsafe=UNSAFE) as fast:
+        assert slow.worker.spin_ns == 0 and fast.worker.spin_ns > 0
+        for e in (slow, fast):
+            e.reset()
+        for name, args in [("get_user", {"user_id": "u1"}), ("place_order", {"user_id": "u1", "product_id": "p1",
+                                                                               "quantity": 1}), ("get_order", {"order_id": "o4"})]:
+            assert slow.call(name, args) == fast.call(name, args)
+        assert slow.state_hash() == fast.state_hash()
+
+
+def test_spin_setting_is_checked(monkeypatch):
+    from envs.sandbox import default_spin_us
+
+    monkeypatch.setenv("AGENTSCALER_SPIN_US", "lots")
+    with pytest.raises(ValueError, match="AGENTSCALER_SPIN_US"):
+        default_spin_us()
+    monkeypatch.setenv("AGENTSCALER_SPIN_US", "0")
+    assert default_spin_us() == 0
 
 
 def test_failed_write_changes_nothing(env):
