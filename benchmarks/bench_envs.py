@@ -28,6 +28,7 @@ from envs.episode import Environment  # noqa: E402
 from envs.spec import DomainSpec  # noqa: E402
 from envs.toolkit import DB, guard_connection  # noqa: E402
 
+# DESIGN.md reference figures only; benchmarks/bench_tau2.py runs tau2 itself side by side.
 TAU2 = {"airline": {"call_us": 73.0, "hash_ms": 109.0, "reset_ms": 227.0}}
 
 
@@ -150,7 +151,7 @@ def main() -> None:
               f"{r['open_ms']:5.0f}ms")
         ref = TAU2.get(r["domain"].removeprefix("tau2-"))
         if ref:
-            print(f"{'  vs tau2-bench':14} call {r['call_med_us'] / ref['call_us']:.2f}x of {ref['call_us']:.0f}us, "
+            print(f"{'  vs DESIGN ref':14} call {r['call_med_us'] / ref['call_us']:.2f}x of {ref['call_us']:.0f}us, "
                   f"hash after write {r['hash_after_write_med_ms'] / ref['hash_ms']:.3f}x, full hash "
                   f"{r['hash_inproc_med_ms'] / ref['hash_ms']:.3f}x of {ref['hash_ms']:.0f}ms, "
                   f"reset {r['reset_med_ms'] / ref['reset_ms']:.4f}x of {ref['reset_ms']:.0f}ms")

@@ -195,7 +195,10 @@ class EnvPool:
                 return self.free.pop()
             self.opening += 1
         try:
-            env = await _blocking(self.executor, lambda: Environment.open(self.domain_dir, unsafe=self.unsafe))
+            # spin_us=0: a conversation's next call comes after an LLM reply, never within the spin,
+            # so spinning would only burn the engine's CPU (and the GIL its event loop needs).
+            env = await _blocking(self.executor, lambda: Environment.open(self.domain_dir, unsafe=self.unsafe,
+                                                                          spin_us=0))
         finally:
             async with self._cond:
                 self.opening -= 1
