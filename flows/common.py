@@ -13,7 +13,11 @@ from agentscaler.hashing import content_hash
 
 @contextmanager
 def run_record(catalog: Catalog, flow: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Record a flow run in the catalog; the body fills the yielded summary dict."""
+    """Record a flow run in the catalog; the body fills the yielded summary dict.
+
+    The run ends `failed` if the body raises, else `done`, or `done_with_failures` when the
+    summary names failed items; a body may also set summary["status"] itself (e.g. "failed" for
+    an ingest that accepted nothing)."""
     run_id = f"{flow}-" + content_hash({"params": params, "t": time.time_ns()})
     catalog.start_run(run_id, flow, params)
     summary: dict[str, Any] = {"run_id": run_id}
@@ -23,7 +27,8 @@ def run_record(catalog: Catalog, flow: str, params: dict[str, Any]) -> Iterator[
         catalog.finish_run(run_id, "failed", {**summary, "error": f"{type(exc).__name__}: {exc}"[:2000]})
         raise
     failed = summary.get("failed") or {}
-    catalog.finish_run(run_id, "done" if not failed else "done_with_failures", summary)
+    status = summary.pop("status", None) or ("done" if not failed else "done_with_failures")
+    catalog.finish_run(run_id, status, summary)
 
 
 def fan_out(task: Any, items: list[Any], key: Callable[[Any], str], sequential: bool = False,

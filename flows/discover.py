@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ from prefect import flow
 from agentscaler.catalog import Catalog
 from agentscaler.hashing import content_hash
 from agentscaler.workspace import Workspace
+from flows.common import run_record
 from tasks.domains import DiscoverConfig, discover_task
 
 
@@ -27,22 +27,16 @@ def discover_flow(workspace: str, embedding: str = "fast", threshold: float | No
     cfg = DiscoverConfig(embedding=embedding, threshold=threshold, method=method, resolution=resolution,
                          max_size=max_size, **options)  # validated here: a typo fails before any work
     catalog = Catalog(ws.catalog_path)
-    run_id = "discover-" + content_hash({"cfg": cfg.model_dump(), "ws": str(ws.root), "t": time.time_ns()})
-    catalog.start_run(run_id, "discover", cfg.model_dump())
-    try:
-        summary = discover_task(str(ws.root), cfg.model_dump(), force)
-    except Exception as exc:
-        catalog.finish_run(run_id, "failed", {"error": str(exc)[:2000]})
-        raise
-    records = json.loads(ws.domains_path.read_text()) if ws.domains_path.exists() else []
-    for rec in records:
-        catalog.mark(rec["domain"], "discover", "done", artifact=content_hash(rec))
-    catalog.set_counts(run_id, "discover", {
-        "tools": summary["tools"], "domains": summary["domains"], "kept_tools": summary["kept_tools"],
-        "dropped": summary["dropped"], "edges.similar": summary["edges"]["similar"],
-        "edges.dataflow": summary["edges"]["dataflow"]})
-    catalog.finish_run(run_id, "done", summary)
-    return {**summary, "run_id": run_id}
+    with run_record(catalog, "discover", cfg.model_dump()) as summary:
+        summary.update(discover_task(str(ws.root), cfg.model_dump(), force))
+        records = json.loads(ws.domains_path.read_text()) if ws.domains_path.exists() else []
+        for rec in records:
+            catalog.mark(rec["domain"], "discover", "done", artifact=content_hash(rec))
+        catalog.set_counts(summary["run_id"], "discover", {
+            "tools": summary["tools"], "domains": summary["domains"], "kept_tools": summary["kept_tools"],
+            "dropped": summary["dropped"], "edges.similar": summary["edges"]["similar"],
+            "edges.dataflow": summary["edges"]["dataflow"]})
+    return dict(summary)
 
 
 def run_discover(workspace: Path | str, **kw: Any) -> dict[str, Any]:
