@@ -229,14 +229,15 @@ class _Fatal(Exception):
     pass
 
 
-async def _retry_turn(fn: Callable[[], Any], cfg: RolloutConfig, counters: Counter) -> Any:
-    """Run one turn; a transient LLM error (after the client's own retries) re-runs the same turn."""
+async def _retry_turn(fn: Callable[[], Any], cfg: RolloutConfig, counters: Counter, who: str = "user") -> Any:
+    """Run one turn; a transient LLM error (after the client's own retries) re-runs the same turn.
+    A fatal one names whose turn it was (verification attributes it: tasks.verify.attribute)."""
     for attempt in range(cfg.turn_retries + 1):
         try:
             return await fn()
         except LLMError as exc:
             if not exc.transient or attempt == cfg.turn_retries:
-                raise _Fatal(f"{type(exc).__name__}: {exc}") from exc
+                raise _Fatal(f"{type(exc).__name__}: {exc} ({who} turn)") from exc
             counters["turn_retries"] += 1
             await asyncio.sleep(cfg.retry_wait * 2 ** attempt)
     raise AssertionError("unreachable")
@@ -291,7 +292,8 @@ async def run_conversation(scenario: Scenario, trial: int, run_id: str, client: 
                 for step in range(cfg.max_steps):
                     msg, reply, ferr = await _retry_turn(
                         lambda: agent_turn(client, messages, tools, temperature=cfg.temperature,
-                                           max_tokens=cfg.max_tokens, salt=trial, seed=trial), cfg, counters)
+                                           max_tokens=cfg.max_tokens, salt=trial, seed=trial), cfg, counters,
+                        who="agent")
                     messages.append(msg)
                     counters["agent_turns"] += 1
                     if ferr is not None:

@@ -12,7 +12,9 @@ Checks, each a reason code on the Verdict:
   order matters only across writes (reads commute with reads); failed calls are allowed.
 
 Attribution of a failure: `environment` (sandbox restarts, a sandbox or LLM-server failure),
-`user` (the agent asked, but the user never gave a fact the gold calls need and no tool output held it; the user
+`agent` when the agent's prompt outgrew its model's context window (so a short-context baseline is
+scored on the same scenarios as a long-context one, not excused), `user` (the user simulator's LLM
+failed; the agent asked, but the user never gave a fact the gold calls need and no tool output held it; the user
 left empty turns; the user quit while the agent was still doing an announced action and no
 stop refusal happened), else `agent` (a stop after the refusals were spent is the agent's: it
 kept announcing without acting). Only passed trajectories become training data; user/environment failures are kept out
@@ -231,9 +233,19 @@ def verify_trajectory(traj: Trajectory, scenario: Scenario, tools: DomainTools, 
                    attribution=attribute(traj, scenario, user_texts, tool_texts, empty_user))
 
 
+# How OpenAI-compatible servers (vLLM, llama.cpp, our hf_server) say a prompt is over the context.
+CONTEXT_OVERFLOW = ("context_length_exceeded", "maximum context length", "-token context")
+
+
 def attribute(traj: Trajectory, scenario: Scenario, user_texts: list[str], tool_texts: list[str],
               empty_user: bool) -> str:
     """Whose failure: environment, user (simulator) or agent — from the evidence in the trajectory."""
+    err = traj.error or ""
+    if traj.end_reason == "fatal_error" and err.startswith("llm: "):
+        if err.endswith("(user turn)"):
+            return "user"  # the user simulator's LLM failed
+        if err.endswith("(agent turn)") and any(s in err for s in CONTEXT_OVERFLOW):
+            return "agent"  # the conversation outgrew the agent model's context window: its limit, scored
     if traj.end_reason == "fatal_error" or traj.tokens.get("n_sandbox_errors", 0) \
             or any("sandbox was restarted" in t for t in tool_texts):
         return "environment"

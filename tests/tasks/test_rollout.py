@@ -139,7 +139,7 @@ def test_unreachable_server_is_a_fatal_error_of_the_environment(ws: Workspace) -
     rep = asyncio.run(go())
     assert rep["end_reasons"] == {"fatal_error": 1}
     t = Trajectory.model_validate(read_jsonl(ws.rollout_dir("dead") / TRAJECTORIES)[0])
-    assert t.error.startswith("llm: LLMTransportError")
+    assert t.error.startswith("llm: LLMTransportError") and t.error.endswith("(agent turn)")
     assert verify_run(ws, "dead")["attribution"]["environment"] == 1
 
 

@@ -137,6 +137,14 @@ def test_no_tool_calls_turn_limit_fatal(ws: Workspace, tools: DomainTools) -> No
     t.end_reason, t.error = "fatal_error", "environment: SandboxError: worker died"
     v = verify_trajectory(t, s, tools)
     assert v.reasons == ["fatal_error"] and v.attribution == "environment"
+    # an agent prompt over the model's context is the agent's failure (scored); the user simulator's LLM
+    # failing is the user's; other LLM failures (server down) are the environment's
+    overflow = ("llm: LLMHTTPError: HTTP 400: This model's maximum context length is 4096 tokens "
+                "(context_length_exceeded)")
+    for error, who in ((overflow + " (agent turn)", "agent"), (overflow + " (user turn)", "user"),
+                       ("llm: LLMTransportError: connection refused (agent turn)", "environment")):
+        t.error = error
+        assert verify_trajectory(t, s, tools).attribution == who, error
 
 
 def test_state_mismatch_shows_field_diff(ws: Workspace, tools: DomainTools) -> None:
