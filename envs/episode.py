@@ -206,8 +206,6 @@ class Environment:
         if reply.get("ok") is True:
             if kind == "write":
                 self._writes.append((name, args))
-            if "content" in reply:
-                return ToolResult(True, reply["content"], None)
             return ToolResult(True, None, None, raw=payload)
         return ToolResult(False, None, str(reply.get("error") or "tool error"))
 

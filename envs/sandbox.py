@@ -27,7 +27,6 @@ import os
 import select
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-HEADER = struct.Struct(">II")
+from envs.pipe import HEADER, spin_read
+
 REPO = Path(__file__).resolve().parent.parent
 REQUIRED_LAYERS = ("uid", "network", "filesystem", "seccomp", "rlimits")
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -108,21 +108,6 @@ def default_spin_us() -> int:
         return max(0, int(raw))
     except ValueError:
         raise ValueError(f"AGENTSCALER_SPIN_US must be a whole number of microseconds, got {raw!r}") from None
-
-
-def _spin_read(fd: int, n: int, spin_ns: int) -> bytes | None:
-    """Read from a non-blocking fd, busy-waiting up to spin_ns; None if nothing came by then.
-
-    Why: on these VMs waking a sleeping process costs 25-75 us (an idle vCPU halts, and its caches
-    go cold), more than most tool calls take. A reply that comes within the spin costs ~3 us of
-    pipe round trip instead. Bounded, so a slow tool or an idle agent costs at most spin_ns of CPU."""
-    end = time.perf_counter_ns() + spin_ns
-    while True:
-        try:
-            return os.read(fd, n)
-        except BlockingIOError:
-            if time.perf_counter_ns() >= end:
-                return None
 
 
 # RLIMIT_CPU is a lifetime backstop only (calls are policed by the per-call deadline): a day.
@@ -307,7 +292,7 @@ class WorkerProcess:
         header: tuple[int, int] | None = None
         while True:
             while len(buf) < need:
-                chunk = _spin_read(rfd, max(need - len(buf), 1 << 16), self.spin_ns)
+                chunk = spin_read(rfd, max(need - len(buf), 1 << 16), self.spin_ns)
                 if chunk is None:
                     left = deadline - time.monotonic()
                     if left <= 0 or not poll.poll(left * 1000.0):

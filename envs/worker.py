@@ -2,9 +2,9 @@
 
 Started by envs.sandbox (inside bubblewrap where available) with `python -I -S`, so it imports
 only the stdlib and the few envs modules below. It talks to the parent over a private pair of
-inherited pipe fds (never stdout). Frame: 8-byte header (json length, binary length, big-endian
-uint32) + compact JSON + optional binary payload (database images; a tool call's content as the
-JSON text the agent sees). Both ends spin briefly before sleeping on the pipe (see _read).
+inherited pipe fds (never stdout), in envs.pipe's frames; the binary payload carries database
+images and a tool call's content as the JSON text the agent sees. Both ends spin briefly before
+sleeping on the pipe (envs.pipe.spin_read).
 
 Start-up order: read spec + seed, set rlimits, install seccomp, probe the layers, then import
 tools.py (so its top-level code already runs confined), then serve requests until EOF.
@@ -19,17 +19,15 @@ import os
 import select
 import signal
 import sqlite3
-import struct
 import sys
-import time
 import traceback
 from typing import Any
 
 from envs import state as state_mod
 from envs import store
+from envs.pipe import HEADER, spin_read
 from envs.toolkit import DB, ToolError, guard_connection
 
-HEADER = struct.Struct(">II")
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
 # A call's content travels as the exact text an agent is shown (json.dumps' default separators).
 _dumps_content = json.JSONEncoder(ensure_ascii=False, default=str).encode
@@ -95,11 +93,12 @@ def set_rlimits(limits: dict[str, int]) -> bool:
     return True
 
 
-def install_seccomp() -> bool:
+def install_seccomp() -> tuple[bool, bool]:
+    """(filter loaded, signals and timers fixed: the per-call signal hygiene is not needed)."""
     try:
         import pyseccomp as seccomp
     except Exception:  # noqa: BLE001 - not available: reported as a missing layer
-        return False
+        return False, False
     f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
     for name in DENY_SYSCALLS + SIGNAL_SYSCALLS:
         try:
@@ -109,10 +108,11 @@ def install_seccomp() -> bool:
     # ITIMER_REAL (0) is the worker's own time limit; VIRTUAL/PROF timers would kill a later call
     try:
         f.add_rule(seccomp.ERRNO(errno.EPERM), "setitimer", seccomp.Arg(0, seccomp.NE, 0))
-    except Exception:  # noqa: BLE001 - no argument filters here: keep the per-call hygiene
-        return False
+        timers_fixed = True
+    except Exception:  # noqa: BLE001 - no argument filters here: the worker keeps resetting timers per call
+        timers_fixed = False
     f.load()
-    return True
+    return True, timers_fixed
 
 
 def install_landlock(read_paths: list[str], write_paths: list[str]) -> bool:
@@ -275,16 +275,13 @@ class Worker:
         return b"".join(chunks)
 
     def _read(self, n: int) -> bytes:
-        """Busy-wait up to spin_ns for the next request (in a loop of calls it follows the reply
-        within microseconds, and a sleeping worker costs 25-75 us to wake on these VMs), then sleep."""
-        end = time.perf_counter_ns() + self.spin_ns
-        while True:
-            try:
-                return os.read(self.rfd, n)
-            except BlockingIOError:
-                if time.perf_counter_ns() >= end:
-                    self._poll.poll()
-                    end = 0
+        """The next bytes of a request: spin first (in a loop of calls the next request follows the
+        reply within microseconds), then sleep until the pipe is readable (b"" at EOF)."""
+        b = spin_read(self.rfd, n, self.spin_ns)
+        while b is None:
+            self._poll.poll()
+            b = spin_read(self.rfd, n, 0)
+        return b
 
     def recv(self) -> tuple[bytes, bytes] | None:
         """One request: (json body, binary payload); None at EOF. Usually a single read()."""
@@ -321,12 +318,13 @@ class Worker:
             view = view[n:]
 
     # tool calls ---------------------------------------------------------------------------------
-    def run_tool(self, name: str, args: dict[str, Any], kind: str, check_json: bool = True) -> dict[str, Any]:
+    def run_tool(self, name: str, args: dict[str, Any], kind: str) -> tuple[dict[str, Any], bytes]:
+        """(reply, the content as the JSON text the agent sees; b"" on errors)."""
         fn = self.tools.get(name)
         if fn is None:
             if self.load_error:
-                return {"ok": False, "error": self.load_error}
-            return {"ok": False, "error": f"tool {name!r} is not implemented in tools.py"}
+                return {"ok": False, "error": self.load_error}, b""
+            return {"ok": False, "error": f"tool {name!r} is not implemented in tools.py"}, b""
         conn, guard = self.conn, self.guard
         guard.exit_tool()
         if conn.in_transaction:
@@ -357,15 +355,16 @@ class Worker:
                 conn.rollback()
             err = f"tool {name} failed: could not commit: {exc}"
         if err is not None:
-            return {"ok": False, "error": err}
+            return {"ok": False, "error": err}, b""
         if isinstance(out, str) and len(out) > self.max_reply:  # the common case, caught before encoding
-            return {"ok": False, "error": f"tool output too large ({len(out)} characters > {self.max_reply} bytes)"}
-        if check_json:
-            try:
-                _dumps(out)
-            except (TypeError, ValueError, RecursionError, OverflowError) as exc:
-                return {"ok": False, "error": f"tool {name} returned a value that is not JSON: {exc}"}
-        return {"ok": True, "content": out}
+            return {"ok": False, "error": f"tool output too large ({len(out)} characters > {self.max_reply} bytes)"}, b""
+        try:
+            text = _dumps_content(out).encode("utf-8", "surrogatepass")
+        except (TypeError, ValueError, RecursionError, OverflowError) as exc:
+            return {"ok": False, "error": f"tool {name} returned a value that is not JSON: {exc}"}, b""
+        if len(text) > self.max_reply:
+            return {"ok": False, "error": f"tool output too large ({len(text)} bytes > {self.max_reply})"}, b""
+        return {"ok": True, "content": out}, text
 
     def _describe(self, name: str, exc: BaseException) -> str:
         if isinstance(exc, ToolError):
@@ -409,19 +408,10 @@ class Worker:
         if op == "call":
             # The content goes as the payload, encoded once: the parent hands the text to the agent
             # and parses it only if someone reads ToolResult.content.
-            name = req["name"]
-            res = self.run_tool(name, req["args"], req.get("kind", "write"), check_json=False)
-            if not res["ok"]:
-                return res, b""
-            try:
-                out = _dumps_content(res["content"]).encode("utf-8", "surrogatepass")
-            except (TypeError, ValueError, RecursionError, OverflowError) as exc:
-                return {"ok": False, "error": f"tool {name} returned a value that is not JSON: {exc}"}, b""
-            if len(out) > self.max_reply:
-                return {"ok": False, "error": f"tool output too large ({len(out)} bytes > {self.max_reply})"}, b""
-            return {"ok": True}, out
+            res, text = self.run_tool(req["name"], req["args"], req.get("kind", "write"))
+            return ({"ok": True}, text) if res["ok"] else (res, b"")
         if op == "batch":
-            return {"ok": True, "results": [self.run_tool(n, a, k) for n, a, k in req["calls"]]}, b""
+            return {"ok": True, "results": [self.run_tool(n, a, k)[0] for n, a, k in req["calls"]]}, b""
         if op == "reset":
             if self.conn.in_transaction:
                 self.conn.rollback()
@@ -508,8 +498,8 @@ def main(argv: list[str] | None = None) -> None:
             layers["landlock"] = False
     else:
         layers["landlock"] = False
-    layers["seccomp"] = install_seccomp() if a.seccomp else False
-    w.hygiene = not layers["seccomp"]
+    layers["seccomp"], signals_fixed = install_seccomp() if a.seccomp else (False, False)
+    w.hygiene = not signals_fixed
     layers.update(probe(a.scratch))
     # From here on nothing reaches the parent except over the private pipe.
     for fd in (0, 1, 2):
