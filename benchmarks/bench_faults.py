@@ -151,8 +151,8 @@ def bench_llm(tmp: Path, clean_ws: Path, per_kind: int) -> None:
         0, 0, note=str(dict(outcome)))
 
     from agentscaler.workspace import Workspace
-    from tasks.rollout import RolloutConfig, run_rollouts
-    from tasks.verify import verify_run
+    from tasks.rollouts.engine import RolloutConfig, run_rollouts
+    from tasks.verify.verify import verify_run
     from training.export import export_sft
 
     ws_root = tmp / "llmws"
@@ -179,7 +179,7 @@ def bench_hostile(tmp: Path) -> None:
     from agentscaler.workspace import Workspace
     from envs.episode import Environment
     from envs.sandbox import bwrap_works
-    from tasks.synthesize import synthesize_domain
+    from tasks.environments.synthesize import synthesize_domain
     from tests.fault.hostile import (ATTACKS, CASES, GOOD_CODE, RECORD, ROWS as SEED_ROWS, TABLES, TOOLS,
                                      ScriptedModel, _write_attacks, canaries, synthesize_hostile)
 
@@ -228,7 +228,7 @@ def bench_fuzz(n: int) -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from tasks.loaders import FORMATS
+    from tasks.corpus.loaders import FORMATS
     from tests.fault import fuzz
 
     cfg = settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), database=None)

@@ -22,7 +22,7 @@ _CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from agentscaler.workspace import Workspace
-from tasks.ingest import ingest
+from tasks.corpus.ingest import ingest
 t1 = time.perf_counter()
 report = ingest(Workspace(sys.argv[1]), sys.argv[2:])
 t2 = time.perf_counter()
@@ -85,7 +85,7 @@ def main() -> None:
     ap.add_argument("--tools", type=int, default=30000)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from tasks.corpus_fetch import fetch
+    from tasks.corpus.fetch import fetch
 
     for name in ("bfcl", "tau2", "nestful"):
         fetch(name)

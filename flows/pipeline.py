@@ -53,7 +53,7 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
                                                         domains=train_domains, max_turns=max_turns,
                                                         max_steps=agent_steps, max_tokens=max_tokens)
         if gold_replay_domains:
-            from tasks.closed_loop import gold_replay_run
+            from flows.closed_loop import gold_replay_run
 
             replay = _domains_with(ws, "train")
             replay = [d for d in replay if not d.startswith("tau2")][:gold_replay_domains] + \
@@ -86,8 +86,8 @@ def add_tau2_verticals(ws: Workspace) -> dict[str, Any]:
 
     tau2's train-split tasks are training scenarios (stage 2, target verticals); its test-split
     tasks are held out for `agentscaler evaluate --tau2`."""
-    from tasks.scenarios import load_scenarios
-    from tasks.tau2_eval import DOMAINS, tau2_domain_dir
+    from tasks.scenarios.build import load_scenarios
+    from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
 
     out: dict[str, Any] = {}
     for name in DOMAINS:
@@ -119,7 +119,7 @@ def closed_loop_table(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _domains_with(ws: Workspace, split: str) -> list[str]:
-    from tasks.rollout import select_scenarios
+    from tasks.rollouts.engine import select_scenarios
 
     return [d for d in ws.domain_ids() if select_scenarios(ws, split, 1, [d])]
 
@@ -133,7 +133,7 @@ def funnel(ws: Workspace, summary: dict[str, Any]) -> dict[str, int]:
     """tools -> domains -> environments -> scenarios -> trajectories -> verified -> SFT rows."""
     import json
 
-    from tasks.scenarios import load_scenarios
+    from tasks.scenarios.build import load_scenarios
 
     domains = json.loads(ws.domains_path.read_text()) if ws.domains_path.exists() else []
     sft = 0

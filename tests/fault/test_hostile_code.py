@@ -16,7 +16,7 @@ import pytest
 from agentscaler.workspace import Workspace
 from envs.sandbox import bwrap_works, unsafe_from_env
 from tests.fault.hostile import CASES, ScriptedModel, _write_attacks, canaries, synthesize_hostile
-from tests.tasks.test_synth_llm import GOOD_CODE, RECORD, ROWS, TABLES, TOOLS
+from tests.tasks.environments.test_llm import GOOD_CODE, RECORD, ROWS, TABLES, TOOLS
 
 pytestmark = pytest.mark.skipif(unsafe_from_env() or not bwrap_works(),
                                 reason="bubblewrap cannot create namespaces here: hostile code needs every layer")
@@ -41,7 +41,7 @@ def test_hostile_llm_code_fails_the_domain_and_never_escapes(tmp_path, attack):
 
 
 def test_hostile_llm_code_falls_back_to_rules(tmp_path):
-    from tasks.synthesize import synthesize_domain
+    from tasks.environments.synthesize import synthesize_domain
     from tests.fault.hostile import hostile_code
 
     ws = Workspace(tmp_path / "ws")
@@ -56,7 +56,7 @@ def test_hostile_llm_code_falls_back_to_rules(tmp_path):
 def llm_env(tmp_path_factory):
     """An environment built by the LLM synthesizer (scripted good replies), then given the attack tools."""
     from envs.episode import Environment
-    from tasks.synthesize import synthesize_domain
+    from tasks.environments.synthesize import synthesize_domain
 
     root = tmp_path_factory.mktemp("llmws")
     ws = Workspace(root / "ws")

@@ -18,7 +18,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def test_discover_flow_after_ingest_records_domains(prefect_harness, tmp_path):
-    from tasks.ingest import ingest
+    from tasks.corpus.ingest import ingest
 
     ws = Workspace(tmp_path / "ws")
     ingest(ws, [str(DATA / "corpora" / d) for d in ("openai", "mcp", "tau2")])

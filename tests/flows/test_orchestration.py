@@ -19,8 +19,8 @@ BROKEN = {"domain": "dbroken000000", "tools": ["not-in-corpus"], "names": ["look
 @pytest.fixture(scope="module")
 def small_ws(tmp_path_factory) -> Workspace:
     """A workspace with a small real corpus, discovered, plus one domain whose tools are missing."""
-    from tasks.domains import discover
-    from tasks.ingest import ingest
+    from tasks.discover.domains import discover
+    from tasks.corpus.ingest import ingest
 
     ws = Workspace(tmp_path_factory.mktemp("orch") / "ws")
     report = ingest(ws, [DATA / name for name in ("bfcl", "openai", "tau2", "toolbench", "xlam")])

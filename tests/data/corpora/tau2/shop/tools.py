@@ -1,4 +1,4 @@
-"""A tiny tau2-style toolkit (fixture: parsed with ast by tasks.loaders, never imported)."""
+"""A tiny tau2-style toolkit (fixture: parsed with ast by tasks.corpus.loaders, never imported)."""
 
 from typing import List, Optional
 

@@ -1,0 +1,220 @@
+"""Synthesize stage: a discovered domain -> an executable environment in domains/<id>/.
+
+`synthesize_domain` (plain) writes models.py, tools.py, seed.sqlite and, LAST, spec.json (its
+presence means "environment finished"). The files are first built and validated in a staging
+folder under <ws>/cache/synth/ (the Environment runs them in the sandbox from there), then moved
+into place. An identical environment (same content hash) already on disk is not rewritten.
+`synthesize_task` is the thin Prefect wrapper: one task run = one domain, retried only for
+transient failures (a broken domain fails the same way every time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Any, Callable
+
+from agentscaler.catalog import Catalog
+from agentscaler.errors import DeterministicError
+from agentscaler.hashing import content_hash
+from agentscaler.models import Tool
+from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text
+from envs.spec import DomainSpec
+
+STAGE = "synthesize"
+
+
+class SynthesisError(DeterministicError):
+    """The domain cannot be synthesized (bad record, no tools, nothing executes)."""
+
+
+def domain_tools(record: dict[str, Any], tools: list[Tool]) -> list[Tool]:
+    """The record's member tools, by id (names when ids do not match: fixtures, older graphs)."""
+    ids = set(record.get("tools") or [])
+    members = [t for t in tools if t.id and t.id in ids]
+    if not members:
+        names = set(record.get("names") or [])
+        members = [t for t in tools if t.name in names]
+    return members
+
+
+def _synthesize(domain_id: str, members: list[Tool], record: dict[str, Any], synth: str, seed: int,
+                unsafe: bool = False, options: dict[str, Any] | None = None):
+    if synth == "rules":
+        from tasks.environments.rules import synthesize_rules
+
+        return synthesize_rules(domain_id, members, name=str(record.get("name") or ""),
+                                given_edges=record.get("edges"), seed=seed)
+    if synth == "llm":
+        try:
+            from tasks.environments.llm import synthesize_llm  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise SynthesisError("the LLM synthesizer (tasks/environments/llm.py) is not available yet") from exc
+        return synthesize_llm(domain_id, members, record=record, seed=seed, unsafe=unsafe, **(options or {}))
+    raise SynthesisError(f"unknown synthesizer {synth!r} (rules | llm)")
+
+
+def _content_id(syn: Any) -> str:
+    spec = syn.spec.model_dump(exclude={"report"})
+    return content_hash({"spec": spec, "code": syn.tools_py, "models": syn.models_py, "rows": syn.rows})
+
+
+def synthesize_domain(ws: Workspace, domain_record: dict[str, Any], tools: list[Tool], synth: str = "rules",
+                      seed: int = 0, validate: bool = True, unsafe: bool = False,
+                      catalog: Catalog | None = None, synth_options: dict[str, Any] | None = None) -> DomainSpec:
+    """Build (or find) the environment of one domain and return its DomainSpec (report included).
+
+    synth_options: keyword arguments for the synthesizer (llm: client=LLMClient, config=SynthLLMConfig)."""
+    domain_id = domain_record.get("domain") if isinstance(domain_record, dict) else None
+    if not isinstance(domain_id, str) or not domain_id or "/" in domain_id or domain_id.startswith("."):
+        raise SynthesisError(f"domain record without a valid 'domain' id: {str(domain_record)[:200]}")
+    catalog = catalog or Catalog(ws.catalog_path)
+    catalog.mark(domain_id, STAGE, "running")
+    try:
+        with ws.domain_lock(domain_id):  # two runs on one workspace build a domain once: the second finds it
+            spec = _build(ws, domain_id, domain_record, tools, synth, seed, validate, unsafe, synth_options)
+    except Exception as exc:
+        catalog.mark(domain_id, STAGE, "failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+    catalog.mark(domain_id, STAGE, "done", artifact=spec.report.get("content_id"))
+    return spec
+
+
+def _build(ws: Workspace, domain_id: str, record: dict[str, Any], tools: list[Tool], synth: str, seed: int,
+           validate: bool, unsafe: bool, synth_options: dict[str, Any] | None = None) -> DomainSpec:
+    from envs.store import build_seed
+
+    members = domain_tools(record, tools)
+    if not members:
+        raise SynthesisError(f"domain {domain_id}: none of its tools are in the corpus")
+    t0 = time.perf_counter()
+    syn = _synthesize(domain_id, members, record, synth, seed, unsafe, synth_options)
+    gen_s = time.perf_counter() - t0
+    cid = _content_id(syn)
+    final = ws.domain_dir(domain_id)
+    spec_path = final / "spec.json"
+    if spec_path.exists():
+        try:
+            old = DomainSpec.load(final)
+            if old.report.get("content_id") == cid and (not validate or "validation" in old.report):
+                return old  # identical environment already finished
+        except Exception:  # noqa: BLE001 - a corrupt old spec is rebuilt
+            pass
+    stage = ws.cache_dir / "synth" / f"{domain_id}.{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    try:
+        atomic_write_text(stage / "models.py", syn.models_py)
+        atomic_write_text(stage / "tools.py", syn.tools_py)
+        build_seed(syn.spec, syn.rows, stage / "seed.sqlite")
+        spec = syn.spec
+        report: dict[str, Any] = dict(spec.report)
+        report.update({"content_id": cid, "generate_s": round(gen_s, 4), "skipped_tools": syn.skipped,
+                       "seed_rows": {k: len(v) for k, v in syn.rows.items()},
+                       "reads": sum(t.kind == "read" for t in spec.tools),
+                       "writes": sum(t.kind == "write" for t in spec.tools)})
+        atomic_write_json(stage / "spec.json", json.loads(spec.model_dump_json()))
+        if validate:
+            from tasks.environments.validate import validate_environment
+
+            v = validate_environment(stage, spec, seed=seed, unsafe=unsafe)
+            report["validation"] = v
+            report.update({k: v[k] for k in ("executes", "tools_total", "execute_rate", "failures")})
+            if v["executes"] == 0:
+                raise SynthesisError(f"domain {domain_id}: no tool executes "
+                                     f"({json.dumps(v['failures'])}; e.g. {_first_error(v)})")
+        spec = spec.model_copy(update={"report": report})
+        final.mkdir(parents=True, exist_ok=True)
+        (final / "spec.json").unlink(missing_ok=True)  # an old, different environment is unfinished now
+        for name in ("models.py", "tools.py", "seed.sqlite"):
+            os.replace(stage / name, final / name)
+        atomic_write_json(final / "spec.json", json.loads(spec.model_dump_json()))  # LAST
+        return spec
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _first_error(v: dict[str, Any]) -> str:
+    for r in v["tools"].values():
+        if r["errors"]:
+            return f"{r['name']}: {r['errors'][0]}"
+    return "-"
+
+
+def load_domain_records(ws: Workspace) -> list[dict[str, Any]]:
+    path = ws.domains_path
+    if not path.exists():
+        raise SynthesisError(f"{path} not found: run `agentscaler discover` first")
+    data = json.loads(path.read_text("utf-8"))
+    if not isinstance(data, list):
+        raise SynthesisError(f"{path}: expected a JSON list of domain records")
+    return data
+
+
+def synthesize_all(ws: Workspace, synth: str = "rules", seed: int = 0, validate: bool = True, unsafe: bool = False,
+                   limit: int | None = None, progress: Callable[[str, str], None] | None = None) -> dict[str, Any]:
+    """Every domain of graph/domains.json, one after another; a failed domain never stops the rest."""
+    from agentscaler.toolstore import load_tools
+
+    records = load_domain_records(ws)[:limit]
+    tools = load_tools(ws.tools_path)
+    catalog = Catalog(ws.catalog_path)
+    out: dict[str, Any] = {"domains": [], "counts": {"done": 0, "failed": 0}, "failures": {},
+                           "tools_total": 0, "tools_execute": 0, "reads": 0, "writes": 0,
+                           "writes_change_state": 0, "reads_mutating": 0}
+    for rec in records:
+        did = rec.get("domain") if isinstance(rec, dict) else None
+        try:
+            spec = synthesize_domain(ws, rec, tools, synth=synth, seed=seed, validate=validate, unsafe=unsafe,
+                                     catalog=catalog)
+        except Exception as exc:  # noqa: BLE001 - counted and reported, the run goes on
+            out["counts"]["failed"] += 1
+            out["domains"].append({"domain": did, "status": "failed", "error": f"{type(exc).__name__}: {exc}"[:500]})
+            if progress:
+                progress(str(did), "failed")
+            continue
+        r = spec.report
+        v = r.get("validation", {})
+        out["counts"]["done"] += 1
+        out["tools_total"] += len(spec.tools)
+        out["tools_execute"] += r.get("executes", 0)
+        out["reads"] += r.get("reads", 0)
+        out["writes"] += r.get("writes", 0)
+        out["writes_change_state"] += v.get("writes_change_state", 0)
+        out["reads_mutating"] += v.get("reads_mutating", 0)
+        for k, n in (r.get("failures") or {}).items():
+            out["failures"][k] = out["failures"].get(k, 0) + n
+        out["domains"].append({"domain": spec.id, "status": "done", "tools": len(spec.tools),
+                               "executes": r.get("executes"), "reads": r.get("reads"), "writes": r.get("writes"),
+                               "seed_rows": sum((r.get("seed_rows") or {}).values()), "failures": r.get("failures")})
+        if progress:
+            progress(spec.id, "done")
+    n = out["tools_total"]
+    out["execute_rate"] = round(out["tools_execute"] / n, 4) if n else 0.0
+    return out
+
+
+def _task_fn(ws_root: str, domain_record: dict[str, Any], synth: str = "rules", seed: int = 0,
+             unsafe: bool = False) -> dict[str, Any]:
+    from agentscaler.toolstore import load_tools
+
+    ws = Workspace(ws_root)
+    spec = synthesize_domain(ws, domain_record, load_tools(ws.tools_path), synth=synth, seed=seed, unsafe=unsafe)
+    return {"domain": spec.id, "executes": spec.report.get("executes"), "tools": len(spec.tools)}
+
+
+def _make_task() -> Callable[..., Any]:
+    from prefect import task
+
+    from agentscaler.errors import transient_only
+
+    return task(name="synthesize", retries=2, retry_delay_seconds=1, retry_condition_fn=transient_only,
+                tags=["synthesize"])(_task_fn)
+
+
+try:  # a thin wrapper: one Prefect task run = one domain
+    synthesize_task = _make_task()
+except ImportError:  # pragma: no cover
+    synthesize_task = None

@@ -1,0 +1,223 @@
+"""Validation suite for a synthesized environment.
+
+Generated code never runs in this process: tools.py is only parsed here (`ast`, for the
+signature check) and executed through `envs.episode.Environment`, i.e. in the sandbox worker.
+For every tool: its signature matches its JSON Schema; it executes on the seed database with
+valid sampled arguments; a read never changes the state; a write changes it for some valid
+arguments. The result is a per-tool report plus domain counts (DomainSpec.report).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import sqlite3
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from agentscaler.errors import TransientError
+from envs.spec import DomainSpec, ToolSpec
+from tasks.scenarios.arguments import is_valid, sample_arguments
+
+REASONS = ("syntax", "missing_function", "signature", "load", "tool_error", "no_state_change", "read_mutated",
+           "invalid_arguments", "environment")
+
+
+# --- static checks (parse only, never execute) ----------------------------------------------------
+def _functions(code: str) -> dict[str, ast.FunctionDef]:
+    """Top-level functions by the name the worker will find them under (def name, or a
+    `globals()["odd-name"] = fn` alias for tool names that are not Python identifiers)."""
+    tree = ast.parse(code)
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    out = dict(defs)
+    for n in tree.body:
+        if (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Subscript)
+                and isinstance(n.targets[0].value, ast.Call) and getattr(n.targets[0].value.func, "id", "") == "globals"
+                and isinstance(n.targets[0].slice, ast.Constant) and isinstance(n.value, ast.Name)
+                and n.value.id in defs):
+            out[str(n.targets[0].slice.value)] = defs[n.value.id]
+    return out
+
+
+def check_signature(fn: ast.FunctionDef, tool: ToolSpec) -> str | None:
+    """None when `fn` accepts exactly the tool's parameters (db first), else what is wrong."""
+    a = fn.args
+    pos = [x.arg for x in a.posonlyargs + a.args]
+    if not pos or pos[0] != "db":
+        return "first parameter must be db"
+    props = tool.parameters.get("properties") or {}
+    required = set(tool.parameters.get("required") or [])
+    names = pos[1:] + [x.arg for x in a.kwonlyargs]
+    if a.kwarg is not None and not names:
+        return None  # def tool(db, **params): accepts every schema parameter by name
+    n_pos_defaults = len(a.defaults)
+    has_default = {x: i >= len(pos) - n_pos_defaults for i, x in enumerate(pos)}
+    has_default.update({x.arg: d is not None for x, d in zip(a.kwonlyargs, a.kw_defaults)})
+    missing = [p for p in props if p not in names and a.kwarg is None]
+    if missing:
+        return f"parameters {missing} not accepted"
+    extra = [x for x in names if x not in props and not has_default.get(x)]
+    if extra:
+        return f"required parameters {extra} not in the schema"
+    no_default = [p for p in props if p in names and p not in required and not has_default.get(p)]
+    if no_default:
+        return f"optional parameters {no_default} have no default"
+    return None
+
+
+# --- seed state (data only) -----------------------------------------------------------------------
+def seed_view(spec: DomainSpec, seed_path: Path) -> dict[str, list[dict[str, Any]]]:
+    """All rows of the seed database, json/boolean columns decoded (read-only, immutable open)."""
+    conn = sqlite3.connect(f"file:{seed_path}?mode=ro&immutable=1", uri=True)
+    try:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for t in spec.tables:
+            cur = conn.execute(f'SELECT * FROM "{t.name}"')
+            cols = [d[0] for d in cur.description]
+            types = {c.name: c.type for c in t.columns}
+            rows = []
+            for r in cur.fetchall():
+                row = dict(zip(cols, r))
+                for c, v in row.items():
+                    if types.get(c) == "json" and isinstance(v, str):
+                        try:
+                            row[c] = json.loads(v)
+                        except json.JSONDecodeError:
+                            pass
+                    elif types.get(c) == "boolean" and v is not None:
+                        row[c] = bool(v)
+                rows.append(row)
+            out[t.name] = rows
+        return out
+    finally:
+        conn.close()
+
+
+# --- the suite ------------------------------------------------------------------------------------
+def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries: int = 8, seed: int = 0,
+                         unsafe: bool = False) -> dict[str, Any]:
+    """Run the validation suite on a domain folder; returns {"tools": {name: report}, counts...}."""
+    t0 = time.perf_counter()
+    domain_dir = Path(domain_dir)
+    spec = spec or DomainSpec.load(domain_dir)
+    per: dict[str, dict[str, Any]] = {
+        t.name: {"name": t.name, "kind": t.kind, "executes": False, "changes_state": None if t.kind == "read" else False,
+                 "read_mutated": False, "signature_ok": False, "calls": 0, "errors": [], "reason": None}
+        for t in spec.tools}
+
+    def fail_all(reason: str, msg: str) -> dict[str, Any]:
+        for r in per.values():
+            r["reason"] = r["reason"] or reason
+            r["errors"].append(msg[:300])
+        return _summary(spec, per, domain_dir, t0)
+
+    code = (domain_dir / spec.code_path).read_text("utf-8")
+    try:
+        fns = _functions(code)
+    except SyntaxError as exc:
+        return fail_all("syntax", f"tools.py line {exc.lineno}: {exc.msg}")
+    for t in spec.tools:
+        fn = fns.get(t.name)
+        if fn is None:
+            per[t.name]["reason"] = "missing_function"
+            per[t.name]["errors"].append(f"no function {t.name} in tools.py")
+            continue
+        problem = check_signature(fn, t)
+        per[t.name]["signature_ok"] = problem is None
+        if problem:
+            per[t.name]["reason"] = "signature"
+            per[t.name]["errors"].append(problem)
+
+    try:
+        rows = seed_view(spec, domain_dir / spec.seed_path)
+    except sqlite3.Error as exc:
+        return fail_all("environment", f"seed database unreadable: {exc}")
+
+    from envs.episode import Environment
+
+    try:
+        env = Environment.open(domain_dir, unsafe=unsafe)
+    except Exception as exc:  # noqa: BLE001 - a domain whose code cannot load is a reported failure
+        if "failed to load" in str(exc):
+            return fail_all("load", f"{type(exc).__name__}: {exc}")
+        # no sandbox at all (missing isolation, worker did not start): the machine, not the domain
+        raise TransientError(f"sandbox unavailable for {domain_dir.name}: {type(exc).__name__}: {exc}") from exc
+    rng = random.Random(f"validate:{spec.id}:{seed}")
+    outputs: list[Any] = []
+    try:
+        env.reset()
+        seed_hash = env.state_hash()
+        dirty = False
+        # reads first: their outputs ground the writes' arguments
+        for t in sorted(spec.tools, key=lambda t: (t.kind != "read", t.name)):
+            r = per[t.name]
+            if r["reason"] in ("missing_function", "signature"):
+                continue
+            for i in range(tries):
+                if dirty:
+                    env.reset()
+                    dirty = False
+                args = sample_arguments(t, rows, rng, outputs[-20:], optional_p=0.5 if i % 2 == 0 else 0.9,
+                                        fresh_key=t.kind == "write" and i % 2 == 1)
+                if not is_valid(args, t.parameters):
+                    r["errors"].append(f"sampled arguments invalid: {json.dumps(args, default=str)[:200]}")
+                    r["reason"] = "invalid_arguments"
+                    continue
+                res = env.call(t.name, args)
+                r["calls"] += 1
+                after = env.state_hash()
+                changed = after != seed_hash
+                dirty = changed
+                if res.ok:
+                    r["executes"] = True
+                    outputs.append(res.content)
+                elif res.error and len(r["errors"]) < 3 and res.error[:300] not in r["errors"]:
+                    r["errors"].append(res.error[:300])
+                if t.kind == "read" and changed:
+                    r["read_mutated"] = True
+                if t.kind == "write" and changed:
+                    r["changes_state"] = True
+                if r["executes"] and (t.kind == "read" or r["changes_state"]):
+                    break
+            if r["read_mutated"]:
+                r["reason"] = "read_mutated"
+            elif not r["executes"]:
+                r["reason"] = "load" if any("failed to load" in e for e in r["errors"]) else (
+                    r["reason"] or "tool_error")
+            elif t.kind == "write" and not r["changes_state"]:
+                r["reason"] = "no_state_change"
+            else:
+                r["reason"] = None
+    except Exception as exc:  # noqa: BLE001 - the worker died or the runtime broke: report, never crash
+        for r in per.values():
+            if not r["executes"] and r["reason"] is None:
+                r["reason"] = "environment"
+                r["errors"].append(f"{type(exc).__name__}: {exc}"[:300])
+    finally:
+        try:
+            env.close()
+        except Exception:  # noqa: BLE001
+            pass
+    return _summary(spec, per, domain_dir, t0, rows)
+
+
+def _summary(spec: DomainSpec, per: dict[str, dict[str, Any]], domain_dir: Path, t0: float,
+             rows: dict[str, list] | None = None) -> dict[str, Any]:
+    n = len(per)
+    ex = sum(1 for r in per.values() if r["executes"])
+    return {
+        "tools_total": n,
+        "executes": ex,
+        "execute_rate": round(ex / n, 4) if n else 0.0,
+        "reads": sum(1 for t in spec.tools if t.kind == "read"),
+        "writes": sum(1 for t in spec.tools if t.kind == "write"),
+        "writes_change_state": sum(1 for r in per.values() if r["kind"] == "write" and r["changes_state"]),
+        "reads_mutating": sum(1 for r in per.values() if r["read_mutated"]),
+        "seed_rows": {k: len(v) for k, v in (rows or {}).items()},
+        "failures": dict(Counter(r["reason"] for r in per.values() if r["reason"])),
+        "tools": per,
+        "validate_s": round(time.perf_counter() - t0, 4),
+    }

@@ -1,0 +1,175 @@
+"""Held-out evaluation: a model's pass^1..pass^k per domain and overall, accuracy by number of
+gold tool calls, and failure attribution, on held-out scenarios (or tau2's airline/retail tasks).
+
+One evaluation = one rollout run with k trials per scenario (tasks.rollouts.engine), verified by
+tasks.verify.verify (final-state match, exact calls for read-only scenarios, attribution). On tau2
+domains the pass criterion is tau2's own (tasks.evaluation.tau2: DB state x required information
+communicated). pass^k = C(c,k)/C(n,k) from tasks.verify.passk, averaged over scenarios; trials whose
+failure is the user simulator's or the environment's are left out of pass^k (reported as
+`pass^k_raw` with them).
+
+Output: `<ws>/reports/eval-<run>.json`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from agentscaler.models import Scenario, Trajectory
+from agentscaler.workspace import Workspace, atomic_write_json
+from tasks.verify.passk import passk_report
+
+
+def eval_path(ws: Workspace, run_id: str) -> Path:
+    return ws.reports_dir / f"eval-{run_id}.json"
+
+
+def result_rows(trajectories: list[Trajectory], scenarios: dict[str, Scenario]) -> list[dict[str, Any]]:
+    """One row per verified trajectory: the input of tasks.verify.passk.passk_report."""
+    rows = []
+    for t in trajectories:
+        if t.verdict is None:
+            continue
+        s = scenarios.get(t.scenario_id)
+        rows.append({"scenario_id": t.scenario_id, "domain": t.domain, "passed": t.verdict.passed,
+                     "attribution": t.verdict.attribution, "n_gold_calls": len(s.gold_calls) if s else 0,
+                     "read_only": bool(s.read_only) if s else None})
+    return rows
+
+
+def summarize(trajectories: list[Trajectory], scenarios: dict[str, Scenario], k: int | None = None) -> dict[str, Any]:
+    """pass^k (agent-only and raw), accuracy by gold calls, attribution and reasons of a set of verified trajectories."""
+    rows = result_rows(trajectories, scenarios)
+    failed = [t.verdict for t in trajectories if t.verdict is not None and not t.verdict.passed]
+    by_kind: dict[str, list[int]] = {}
+    for r in rows:
+        cell = by_kind.setdefault("read_only" if r["read_only"] else "write", [0, 0])
+        cell[0] += 1
+        cell[1] += int(r["passed"])
+    passed = sum(r["passed"] for r in rows)
+    return {"trajectories": len(trajectories), "verified": len(rows), "passed": passed,
+            "accuracy": round(passed / len(rows), 6) if rows else None,
+            "unverified": len(trajectories) - len(rows),
+            "pass^k": passk_report(rows, max_k=k), "pass^k_raw": passk_report(rows, max_k=k, agent_only=False),
+            "by_kind": {kind: {"trials": n, "accuracy": round(c / n, 6)} for kind, (n, c) in sorted(by_kind.items())},
+            "attribution": dict(Counter(v.attribution for v in failed)),
+            "reasons": dict(Counter(r for v in failed for r in v.reasons)),
+            "end_reasons": dict(Counter(t.end_reason for t in trajectories))}
+
+
+def _scenario_map(ws: Workspace, domains: set[str]) -> dict[str, Scenario]:
+    from tasks.scenarios.build import load_scenarios
+
+    return {s.id: s for d in sorted(domains) for s in load_scenarios(ws, d)}
+
+
+def evaluate_run(ws: Workspace, run_id: str, k: int | None = None, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Verify a finished rollout run (tau2 domains scored as tau2 does) and write reports/eval-<run>.json."""
+    from tasks.rollouts.engine import load_trajectories
+    from tasks.evaluation.tau2 import score_run
+    from tasks.verify.verify import verify_run
+
+    verify = verify_run(ws, run_id)
+    trajs = load_trajectories(ws, run_id)
+    scenarios = _scenario_map(ws, {t.domain for t in trajs})
+    tau2 = [t for t in trajs if t.domain.startswith("tau2_")]
+    if tau2:  # tau2's reward replaces our verdict on its domains (our reasons kept for the record)
+        ours = {t.id: t.verdict for t in trajs}
+        rescored = {t.id: t for t in score_run(tau2, scenarios)}
+        trajs = [rescored.get(t.id, t) for t in trajs]
+        for t in trajs:
+            v, o = t.verdict, ours.get(t.id)
+            if t.id in rescored and v is not None and o is not None and not v.passed and o.attribution != "none":
+                v.attribution = o.attribution  # whose fault: verify's analysis (user, environment, agent)
+    summary = summarize(trajs, scenarios, k)
+    report = {"run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
+              "k": k, "domains": sorted({t.domain for t in trajs}), "scenarios": len({t.scenario_id for t in trajs}),
+              **summary, "verify_funnel": verify.get("funnel"), "tau2_scored": len(tau2)}
+    atomic_write_json(eval_path(ws, run_id), report)
+    return report
+
+
+def evaluate(ws: Workspace, base_url: str | list[str], *, model: str = "smollm2-135m", k: int = 4,
+             split: str = "heldout", max_scenarios: int | None = None, domains: list[str] | None = None,
+             tau2: bool | list[str] = False, run_id: str | None = None, cfg: Any = None, concurrency: int = 8,
+             timeout: float = 120, agreement_sample: int = 5) -> dict[str, Any]:
+    """Roll the model out k times on each scenario of `split` and report.
+
+    tau2=True (or a list such as ["retail"]): tau2's airline/retail tasks instead, through our
+    imported domains (built into the workspace on first use), scored as tau2 scores them;
+    split "heldout" = tau2's test tasks. Then tau2's own evaluator re-scores a sample of the run's
+    action sequences (up to `agreement_sample` trajectories and gold-action variants per domain)
+    and the agreement rate goes into the report.
+    """
+    from tasks.rollouts.engine import RolloutConfig, run_rollouts
+
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    if tau2:
+        from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
+
+        names = list(DOMAINS) if tau2 is True else list(tau2)
+        for name in names:
+            tau2_domain_dir(ws, name)
+        domains = [f"tau2_{n}" for n in names]
+    cfg = cfg or RolloutConfig()
+    t0 = time.perf_counter()
+    rollout = run_rollouts(ws, base_url, model=model, trials=k, split=split, max_scenarios=max_scenarios,
+                           domains=domains, cfg=cfg, run_id=run_id, concurrency=concurrency, timeout=timeout)
+    meta = {"model": model, "split": split, "suite": "tau2" if tau2 else "heldout",
+            "rollout": {key: rollout.get(key) for key in ("planned", "written", "skipped_existing", "failed_domains",
+                                                         "end_reasons", "wall_s", "sims_per_hour", "errors")}}
+    report = evaluate_run(ws, rollout["run_id"], k, meta)
+    if tau2 and agreement_sample:
+        report["tau2_agreement"] = tau2_run_agreement(ws, rollout["run_id"], domains or [], agreement_sample)
+    report["wall_s"] = round(time.perf_counter() - t0, 2)
+    atomic_write_json(eval_path(ws, rollout["run_id"]), report)
+    return report
+
+
+def tau2_run_agreement(ws: Workspace, run_id: str, domains: list[str], sample: int, seed: int = 0) -> dict[str, Any]:
+    """Agreement of our DB verdicts with tau2's EnvironmentEvaluator on a run's trajectories (+ gold variants)."""
+    import random
+
+    from tasks.rollouts.engine import load_trajectories
+    from tasks.scenarios.build import load_scenarios
+    from tasks.evaluation.tau2 import agreement
+
+    trajs = load_trajectories(ws, run_id)
+    out: dict[str, Any] = {}
+    for d in domains:
+        mine = [t for t in trajs if t.domain == d]
+        picked = random.Random(seed).sample(mine, min(sample, len(mine)))
+        res = agreement(d.removeprefix("tau2_"), ws.domain_dir(d), load_scenarios(ws, d), sample=sample, seed=seed,
+                        trajectories=picked)
+        out[d] = {k: v for k, v in res.items() if k != "rows"}
+    cases = sum(v["cases"] for v in out.values())
+    agree = sum(v["agree"] for v in out.values())
+    return {"domains": out, "cases": cases, "agree": agree, "agreement_rate": agree / cases if cases else None}
+
+
+# --- Prefect --------------------------------------------------------------------------------------
+
+def _task_fn(ws_root: str, base_url: str | list[str], **kwargs: Any) -> dict[str, Any]:
+    if isinstance(kwargs.get("cfg"), dict):
+        from tasks.rollouts.engine import RolloutConfig
+
+        kwargs["cfg"] = RolloutConfig(**kwargs["cfg"])
+    return evaluate(Workspace(ws_root), base_url, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    """`evaluate_task`: one Prefect task run = one evaluation batch (built on first use: Prefect imports slowly)."""
+    if name == "evaluate_task":
+        from prefect import task
+
+        from agentscaler.errors import transient_only
+
+        t = task(name="evaluate", retries=1, retry_delay_seconds=5, retry_condition_fn=transient_only,
+                 tags=["evaluate"])(_task_fn)
+        globals()["evaluate_task"] = t
+        return t
+    raise AttributeError(name)

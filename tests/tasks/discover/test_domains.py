@@ -1,0 +1,141 @@
+"""Domains: quality on a labelled corpus of real tools (tau2 + BFCL), the split/attach rules, bad input,
+and the files the stage writes (the graph/domains.json contract)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from agentscaler.models import Tool
+from agentscaler.toolstore import save_tools
+from agentscaler.workspace import Workspace
+from tasks.discover.domains import DiscoverConfig, discover, domain_id, find_domains, score_partition
+from tasks.discover.embed import embed_tools
+from tasks.discover.graph import build_graph, input_keys, output_keys
+
+FIXTURE = Path(__file__).parents[2] / "data" / "labelled_tools.json"
+
+
+def labelled(which: str = "core") -> tuple[list[Tool], dict[str, str]]:
+    rows = [r for r in json.loads(FIXTURE.read_text()) if which == "all" or r["set"] == which]
+    tools = [Tool.model_validate(r["tool"]).with_id() for r in rows]
+    return tools, {t.id: r["label"] for t, r in zip(tools, rows)}
+
+
+def run(tools, **kw):
+    cfg = DiscoverConfig(**kw).resolved()
+    vecs, _ = embed_tools(tools, cfg.embedding)
+    g = build_graph(tools, vecs, cfg.threshold, cfg.top_k, cfg.flow_min_sim)
+    return find_domains(tools, vecs, g, cfg)
+
+
+def tool(name, desc, params=None):
+    props = {k: {"type": "string", "description": v} for k, v in (params or {}).items()}
+    return Tool(name=name, source_name=name, source="test", description=desc,
+                parameters={"type": "object", "properties": props, "required": list(props)}).with_id()
+
+
+def assert_partition(tools, records, report):
+    placed = Counter(t for r in records for t in r["tools"])
+    assert all(c == 1 for c in placed.values())  # nobody in two domains
+    dropped = {d["tool"] for c in report.get("dependency_check", []) for d in c["dropped"]}
+    assert set(placed) | dropped == {t.id for t in tools} and not (set(placed) & dropped)
+    for r in records:
+        assert r["domain"] == domain_id(r["tools"]) and len(r["names"]) == len(r["tools"])
+        names = set(r["names"])
+        for e in r["edges"]:
+            assert e["src"] in names and e["dst"] in names and e["kind"] in ("similar", "dataflow")
+
+
+def test_labelled_corpus_quality():
+    tools, labels = labelled("core")
+    records, report = run(tools)
+    assert_partition(tools, records, report)
+    score = score_partition(records, labels)
+    assert score["purity"] >= 0.85, score
+    assert score["completeness_min"] >= 0.5, score  # each true domain mostly in one found domain
+    assert report["modularity"] > 0.4
+
+
+def test_deterministic_ids_and_leiden_option():
+    tools, labels = labelled("core")
+    a, _ = run(tools)
+    b, _ = run(list(reversed(tools)))
+    assert sorted(r["domain"] for r in a) == sorted(r["domain"] for r in b)  # input order does not matter
+    records, report = run(tools, method="leiden")
+    assert_partition(tools, records, report)
+    assert score_partition(records, labels)["purity"] >= 0.8
+
+
+def test_max_size_splits_recursively():
+    tools, _ = labelled("all")
+    records, report = run(tools, max_size=8)
+    assert_partition(tools, records, report)
+    assert max(len(r["tools"]) for r in records) <= 8
+
+
+def test_dataflow_edges_reach_domains_json_with_direction():
+    tools, labels = labelled("core")
+    records, _ = run(tools)
+    flows = {(e["src"], e["dst"]) for r in records for e in r["edges"] if e["kind"] == "dataflow"}
+    assert any(s.startswith("find_user_id") and d.startswith("get_user_details") for s, d in flows)  # user_id flows
+    by_name = {t.name: t for t in tools}
+    for s, d in flows:  # every data-flow edge: an output key of src is a required input of dst
+        assert output_keys(by_name[s]) & input_keys(by_name[d]), (s, d)
+    sims = {(e["src"], e["dst"]) for r in records for e in r["edges"] if e["kind"] == "similar"}
+    assert all((d, s) in sims for s, d in sims)  # similar edges are listed both ways
+
+
+def test_bad_input_gives_sensible_domains():
+    assert run([]) == ([], {"modularity": None, "n_domains": 0, "dropped": 0})
+    one = [tool("ping", "Check the service answers.")]
+    records, report = run(one)
+    assert [r["tools"] for r in records] == [[one[0].id]]
+    no_params = [tool(f"status_{i}", f"Report service status number {i}.") for i in range(4)]
+    records, report = run(no_params)
+    assert_partition(no_params, records, report)
+    same = [tool(f"same_{i}", "Get the weather.", {"city": "City"}) for i in range(5)]  # identical vectors
+    records, report = run(same, max_size=3)
+    assert_partition(same, records, report)
+    assert max(len(r["tools"]) for r in records) <= 3
+    # a disconnected graph: nothing passes the threshold, every tool still lands in exactly one domain
+    tools, _ = labelled("core")
+    records, report = run(tools[:20], threshold=0.999, attach_min_sim=0.999, group_min_sim=0.999)
+    assert_partition(tools[:20], records, report)
+
+
+def test_discover_writes_the_contract_files_and_skips_a_rerun(tmp_path):
+    tools, _ = labelled("core")
+    ws = Workspace(tmp_path)
+    save_tools(ws.tools_path, tools)
+    summary = discover(ws)
+    assert summary["tools"] == len(tools) and not summary["skipped"]
+    records = json.loads(ws.domains_path.read_text())
+    assert records and set(records[0]) == {"domain", "tools", "names", "edges"}
+    for e in records[0]["edges"]:
+        assert set(e) == {"src", "dst", "kind", "weight"} and isinstance(e["weight"], float)
+    report = json.loads((ws.graph_dir / "report.json").read_text())
+    assert {"modularity", "size_histogram", "largest", "dependency_check"} <= set(report)
+    assert all("reason" in d for c in report["dependency_check"] for d in c["dropped"] + c["edge_decisions"])
+    for png in (ws.reports_dir / "domains.png", ws.graph_dir / "domains.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (ws.graph_dir / "graph.pickle").exists() and (ws.graph_dir / "edges.parquet").exists()
+    before = ws.domains_path.stat().st_mtime_ns
+    assert discover(ws)["skipped"] is True and ws.domains_path.stat().st_mtime_ns == before
+    assert discover(ws, cfg=DiscoverConfig(resolution=2.0))["skipped"] is False  # other config: recomputed
+
+
+def test_discover_errors_are_clear(tmp_path):
+    ws = Workspace(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no tool corpus"):
+        discover(ws)
+    save_tools(ws.tools_path, [])
+    summary = discover(ws)
+    assert summary["domains"] == 0 and json.loads(ws.domains_path.read_text()) == []
+    with pytest.raises(ValueError):
+        DiscoverConfig(method="kmeans")
+    with pytest.raises(ValueError):
+        DiscoverConfig(tresh=0.5)  # a typo is an error, not a silently ignored option

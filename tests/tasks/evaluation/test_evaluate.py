@@ -1,0 +1,97 @@
+"""Held-out evaluation. `summarize` is tested on hand-built verdicts (our arithmetic); the end-to-end
+tests run the real rollout engine against the *scripted* OpenAI-compatible endpoint
+(benchmarks/scripted_llm.py: an oracle agent that calls the gold calls, or a chatty one that never
+calls a tool; not a model: these tests are about our evaluation plumbing). One `-m llm` test runs
+the real local SmolLM2 server."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from agentscaler.models import GoldCall, Scenario, Trajectory, Verdict
+from agentscaler.workspace import Workspace
+from tasks.evaluation.evaluate import eval_path, evaluate, summarize
+from tasks.rollouts.engine import RolloutConfig
+from tasks.scenarios.build import build_scenarios
+from tests.conftest import load_shop_builder
+from tests.scripted_endpoint import scripted_endpoint
+
+UNSAFE = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    ws = Workspace(tmp_path_factory.mktemp("evaluate"))
+    load_shop_builder()(ws.domain_dir("shop"))
+    build_scenarios(ws, "shop", per_domain=4, seed=5)
+    return ws
+
+
+def scripted(ws: Workspace, mode: str, domain: str = "shop"):
+    return scripted_endpoint(mode, [ws.domain_dir(domain) / "scenarios.jsonl"])
+
+
+def _sc(sid: str, n_calls: int) -> Scenario:
+    return Scenario(id=sid, domain="d1", read_only=False, intent="x", gold_hash="g", seed_hash="s",
+                    gold_calls=[GoldCall(name="f", arguments={}) for _ in range(n_calls)])
+
+
+def _tr(sid: str, trial: int, passed: bool, attribution: str = "agent") -> Trajectory:
+    return Trajectory(id=f"{sid}{trial}", run_id="r", scenario_id=sid, domain="d1", trial=trial, messages=[],
+                      end_reason="user_stop", verdict=Verdict(passed=passed, attribution="none" if passed else attribution,
+                                                              reasons=[] if passed else ["state_mismatch"]))
+
+
+def test_summarize_passk_by_calls_and_attribution():
+    scenarios = {"a": _sc("a", 1), "b": _sc("b", 3)}
+    trajs = [_tr("a", i, i < 2) for i in range(4)] + [_tr("b", i, True) for i in range(4)]
+    trajs.append(_tr("b", 4, False, attribution="user"))  # the user's fault: out of pass^k, in pass^k_raw
+    s = summarize(trajs, scenarios, k=4)
+    pk = s["pass^k"]["overall"]["pass^k"]
+    assert pk["1"] == pytest.approx((0.5 + 1.0) / 2)
+    assert pk["2"] == pytest.approx((1 / 6 + 1.0) / 2)  # C(2,2)/C(4,2) for a
+    assert pk["4"] == pytest.approx((0.0 + 1.0) / 2)
+    assert s["pass^k_raw"]["overall"]["pass^k"]["1"] == pytest.approx((0.5 + 0.8) / 2)
+    assert s["pass^k"]["by_gold_calls"] == {"1": {"trials": 4, "accuracy": 0.5}, "3": {"trials": 4, "accuracy": 1.0}}
+    assert s["attribution"] == {"agent": 2, "user": 1} and s["reasons"] == {"state_mismatch": 3}
+
+
+def test_evaluate_end_to_end_oracle_and_chatty(ws: Workspace):
+    cfg = RolloutConfig(unsafe=UNSAFE, max_turns=4)
+    with scripted(ws, "oracle") as url:
+        good = evaluate(ws, url, model="oracle", k=2, split="all", cfg=cfg, concurrency=4)
+    with scripted(ws, "chatty") as url:
+        bad = evaluate(ws, url, model="chatty", k=2, split="all", cfg=cfg, concurrency=4)
+    assert good["trajectories"] == bad["trajectories"] == 2 * good["scenarios"] > 0
+    assert good["pass^k"]["overall"]["pass^k"]["2"] >= 0.75, good["reasons"]
+    assert bad["passed"] == 0 and bad["attribution"].get("agent", 0) > 0
+    saved = json.loads(eval_path(ws, good["run_id"]).read_text())
+    assert saved["pass^k"] == good["pass^k"] and saved["model"] == "oracle" and saved["k"] == 2
+
+
+def test_evaluate_tau2_scored_as_tau2_with_agreement(tmp_path):
+    """tau2 retail's held-out tasks, the oracle agent (gold actions): tau2's DB check passes and
+    tau2's own evaluator agrees; a miss can only be information the oracle never says."""
+    from tasks.evaluation.tau2 import tau2_domain_dir
+
+    ws = Workspace(tmp_path / "ws")
+    tau2_domain_dir(ws, "retail")
+    with scripted(ws, "oracle", "tau2_retail") as url:
+        rep = evaluate(ws, url, model="oracle", k=1, split="heldout", max_scenarios=2, tau2=["retail"],
+                       cfg=RolloutConfig(unsafe=UNSAFE, max_turns=3), concurrency=2, agreement_sample=1)
+    assert rep["suite"] == "tau2" and rep["domains"] == ["tau2_retail"]
+    assert rep["trajectories"] == rep["tau2_scored"] == 2
+    assert set(rep["reasons"]) <= {"info_not_communicated"}, rep["reasons"]
+    agr = rep["tau2_agreement"]
+    assert agr["cases"] >= 3 and agr["agreement_rate"] == 1.0, agr
+
+
+@pytest.mark.llm
+def test_evaluate_with_local_smollm2(ws: Workspace, local_llm):
+    rep = evaluate(ws, local_llm, k=1, split="all", max_scenarios=1,
+                   cfg=RolloutConfig(unsafe=UNSAFE, max_turns=2, max_steps=2, max_tokens=128), concurrency=1)
+    assert rep["trajectories"] == 1 and rep["verified"] == 1
+    assert set(rep["pass^k"]["overall"]["pass^k"]) <= {"1"}

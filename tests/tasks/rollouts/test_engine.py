@@ -1,0 +1,197 @@
+"""Rollout engine: recording, resume after a crash, stop refusal, turn retries, fatal errors.
+
+Most tests talk to a *scripted* OpenAI-compatible endpoint (benchmarks/scripted_llm.py, a real
+HTTP server answering from a script, not a model) because they test our engine's logic. One
+test (`-m llm`) runs the real local SmolLM2 server end to end, with the LLM user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from agentscaler.llm_server import free_port
+from agentscaler.models import Trajectory
+from agentscaler.workspace import Workspace, read_jsonl
+from tasks.rollouts.engine import (END_REASONS, TRAJECTORIES, RolloutConfig, TrajectoryWriter, announces_action,
+                           pending_write, run_rollouts, select_scenarios, trajectory_id)
+from tasks.scenarios.build import build_scenarios
+from tasks.rollouts.users import NUDGE
+from tasks.verify.verify import verify_run
+from tests.conftest import load_shop_builder
+from tests.scripted_endpoint import scripted_endpoint
+from tests.llm_fixtures import local_llm  # noqa: F401 - session fixture
+
+UNSAFE = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    ws = Workspace(tmp_path_factory.mktemp("rollout"))
+    load_shop_builder()(ws.domain_dir("shop"))
+    build_scenarios(ws, "shop", per_domain=6, seed=3)
+    return ws
+
+
+def scripted_server(ws: Workspace | None = None, mode: str = "oracle", delay: float = 0.01, fail_first: int = 0):
+    scenarios = [ws.domain_dir("shop") / "scenarios.jsonl"] if ws is not None else []
+    return scripted_endpoint(mode, scenarios, delay=delay, fail_first=fail_first)
+
+
+def _cfg(**kw) -> RolloutConfig:
+    return RolloutConfig(unsafe=UNSAFE, **kw)
+
+
+def test_announcement_detection() -> None:
+    assert announces_action("Sure, I'll cancel order o1 now.")
+    assert announces_action("One moment please")
+    assert not announces_action("Your order o1 has been cancelled.")
+    assert pending_write([{"role": "assistant", "content": "I am going to update the email."}])
+    assert not pending_write([{"role": "assistant", "content": "I will do it",
+                               "tool_calls": [{"id": "a", "function": {"name": "x", "arguments": "{}"}}]}])
+
+
+def test_oracle_rollout_records_verifies_and_resumes_after_a_crash(ws: Workspace) -> None:
+    """Scripted oracle agent + scripted user: every trajectory is complete, stored once, and passes."""
+    n = len(select_scenarios(ws, "all"))
+    with scripted_server(ws) as url:
+        rep = run_rollouts(ws, url, model="scripted", trials=2, split="all", cfg=_cfg(), run_id="ok", use_cache=False)
+        assert rep["written"] == 2 * n and rep["end_reasons"] == {"user_stop": 2 * n} and not rep["errors"]
+        path = ws.rollout_dir("ok") / TRAJECTORIES
+        trajs = [Trajectory.model_validate(r) for r in read_jsonl(path)]
+        assert {t.id for t in trajs} == {trajectory_id("ok", t.scenario_id, t.trial) for t in trajs}
+        t = trajs[0]
+        assert [m["role"] for m in t.messages[:2]] == ["system", "user"] and t.tools and t.final_hash
+        assert t.tokens["agent_prompt"] > 0 and t.timings["total_s"] > 0 and t.user_kind == "scripted"
+        v = verify_run(ws, "ok")
+        assert v["passed"] == 2 * n and v["pass^k"]["overall"]["pass^k"]["2"] == 1.0
+
+        # crash: the last two trajectories are lost, the one before is torn mid-line
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(lines[:-3]) + lines[-3][: len(lines[-3]) // 2])
+        rep2 = run_rollouts(ws, url, model="scripted", trials=2, split="all", cfg=_cfg(), run_id="ok", use_cache=False)
+        assert rep2["skipped_existing"] == 2 * n - 3 and rep2["written"] == 3
+        ids = [json.loads(x)["id"] for x in path.read_text().splitlines()]
+        assert len(ids) == len(set(ids)) == 2 * n
+        rep3 = run_rollouts(ws, url, model="scripted", trials=2, split="all", cfg=_cfg(), run_id="ok", use_cache=False)
+        assert rep3["written"] == 0 and rep3["skipped_existing"] == 2 * n
+
+
+def test_run_lock_keeps_a_second_writer_out(ws: Workspace) -> None:
+    w = TrajectoryWriter(ws.rollout_dir("locked"))
+    try:
+        with pytest.raises(RuntimeError, match="another process"):
+            TrajectoryWriter(ws.rollout_dir("locked"))
+    finally:
+        w.close()
+
+
+def test_stop_refused_while_agent_announces_an_action(ws: Workspace) -> None:
+    """Scripted chatty agent (always announces, never acts) + LLM user played by the scripted
+    endpoint (always stops): the stop is refused twice with a nudge, then accepted."""
+    sc = select_scenarios(ws, "all")[:1]
+    with scripted_server(ws, mode="chatty") as url:
+        rep = run_rollouts(ws, url, model="scripted", split="all", max_scenarios=1, run_id="chatty",
+                           cfg=_cfg(user="llm"), use_cache=False)
+    assert rep["written"] == 1
+    t = Trajectory.model_validate(read_jsonl(ws.rollout_dir("chatty") / TRAJECTORIES)[0])
+    assert t.scenario_id == sc[0].id and t.end_reason == "user_stop" and t.tokens["n_stop_refused"] == 2
+    assert [m["content"] for m in t.messages if m["role"] == "user"][1:] == [NUDGE, NUDGE, "Thanks. ###STOP###"]
+    v = verify_run(ws, "chatty")
+    assert v["reasons"]["no_tool_calls"] == 1 and v["attribution"]["agent"] == 1
+
+
+def test_transient_server_errors_retry_the_turn(ws: Workspace) -> None:
+    """The scripted endpoint answers 503 to its first requests; the client does not retry
+    (max_retries=0 through timeout settings below), so the engine's turn retry must."""
+    import asyncio
+
+    from agentscaler.llm import LLMClient
+    from tasks.rollouts.engine import rollout_async
+
+    scen = select_scenarios(ws, "all")[:2]
+
+    async def go(url: str) -> dict:
+        async with LLMClient(url, model="scripted", concurrency=2, max_retries=0) as c:
+            return await rollout_async(ws, scen, "flaky", c, cfg=_cfg(retry_wait=0.05, turn_retries=3))
+
+    with scripted_server(ws, fail_first=3) as url:
+        rep = asyncio.run(go(url))
+    trajs = [Trajectory.model_validate(r) for r in read_jsonl(ws.rollout_dir("flaky") / TRAJECTORIES)]
+    assert rep["written"] == 2 and all(t.end_reason == "user_stop" for t in trajs)
+    assert sum(t.tokens.get("n_turn_retries", 0) for t in trajs) >= 2
+
+
+def test_unreachable_server_is_a_fatal_error_of_the_environment(ws: Workspace) -> None:
+    import asyncio
+
+    from agentscaler.llm import LLMClient
+    from tasks.rollouts.engine import rollout_async
+
+    scen = select_scenarios(ws, "all")[:1]
+
+    async def go() -> dict:
+        async with LLMClient(f"http://127.0.0.1:{free_port()}/v1", model="none", max_retries=0) as c:
+            return await rollout_async(ws, scen, "dead", c, cfg=_cfg(retry_wait=0.01, turn_retries=1))
+
+    rep = asyncio.run(go())
+    assert rep["end_reasons"] == {"fatal_error": 1}
+    t = Trajectory.model_validate(read_jsonl(ws.rollout_dir("dead") / TRAJECTORIES)[0])
+    assert t.error.startswith("llm: LLMTransportError") and t.error.endswith("(agent turn)")
+    assert verify_run(ws, "dead")["attribution"]["environment"] == 1
+
+
+@pytest.mark.llm
+def test_real_local_llm_rollout_is_well_formed_and_stored(ws: Workspace, local_llm: str) -> None:  # noqa: F811
+    """Real SmolLM2-135M as agent and LLM user on one shop scenario; checks the record, not success."""
+    rep = run_rollouts(ws, local_llm, split="all", max_scenarios=1, run_id="real", concurrency=2, timeout=120,
+                       cfg=_cfg(user="llm", max_turns=1, max_steps=1, max_tokens=32, user_max_tokens=24,
+                                max_stop_refusals=0), use_cache=False)
+    assert rep["written"] == 1 and not rep["errors"], rep
+    t = Trajectory.model_validate(read_jsonl(ws.rollout_dir("real") / TRAJECTORIES)[0])
+    assert t.end_reason in END_REASONS and t.user_kind == "llm" and t.agent_model == "smollm2-135m"
+    assert t.messages[0]["role"] == "system" and t.messages[1]["role"] == "user"
+    assert any(m["role"] == "assistant" for m in t.messages) and t.final_hash
+    assert t.tokens["agent_prompt"] > 0 and t.tokens["user_prompt"] > 0
+    print("real rollout timings", t.timings, t.tokens)
+    v = verify_run(ws, "real")
+    assert v["trajectories"] == 1 and sum(v["attribution"].values()) == 1
+
+
+def test_cli_rollout_and_verify(ws: Workspace) -> None:
+    """`agentscaler rollout` / `verify` --json against the scripted oracle endpoint."""
+    from typer.testing import CliRunner
+
+    from agentscaler.cli import app
+
+    runner = CliRunner()
+    with scripted_server(ws) as url:
+        res = runner.invoke(app, ["-w", str(ws.root), "rollout", "--llm", url, "--model", "scripted", "--split", "all",
+                                  "--max-scenarios", "2", "--trials", "2", "--run", "cli", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["run_id"] == "cli" and out["written"] == 4
+    res = runner.invoke(app, ["-w", str(ws.root), "verify", "--run", "cli", "--json"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    assert rep["trajectories"] == 4 and rep["passed"] == 4 and rep["pass^k"]["overall"]["pass^k"]["2"] == 1.0
+    assert runner.invoke(app, ["-w", str(ws.root), "verify", "--run", "nope", "--json"]).exit_code == 1
+
+
+@pytest.mark.slow
+def test_prefect_rollout_task_one_domain_batch(ws: Workspace, prefect_harness) -> None:
+    """The thin Prefect task (one domain's batch) in a real flow, against the scripted endpoint."""
+    from prefect import flow
+
+    from tasks.rollouts.engine import rollout_task
+
+    with scripted_server(ws) as url:
+        @flow
+        def one() -> dict:
+            return rollout_task(str(ws.root), "shop", url, "prefect", model="scripted", split="all", max_scenarios=2,
+                                cfg=_cfg().model_dump(), use_cache=False)
+
+        rep = one()
+    assert rep["written"] == 2 and rep["end_reasons"] == {"user_stop": 2}

@@ -1,0 +1,92 @@
+"""Export of verified trajectories to SFT rows: counts, shapes, round trips, re-runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from datasets import Dataset, load_from_disk
+
+from tests.sft_fixtures import TOOLS
+from training.export import RowError, normalize_messages, stage_of
+
+
+def test_counts_by_stage_and_reason(exported):
+    ws, report, expected = exported
+    assert report["read"] == expected["read"]
+    assert report["skipped_unverified"] == expected["unverified"]
+    for reason in ("malformed_arguments", "duplicate", "too_long", "malformed_json", "invalid_trajectory"):
+        assert report["dropped"][reason] == expected[reason], reason
+    kept = sum(n for st in report["kept"].values() for n in st.values())
+    assert kept == expected["kept"]
+    assert report["kept"]["stage2"]["train"] + report["kept"]["stage2"]["eval"] == 4  # the tau2-airline rows
+    assert report["kept"]["stage1"]["eval"] >= 1 and report["kept"]["stage2"]["eval"] >= 1
+    assert any("arguments are not JSON" in e and "trajectories.jsonl:" in e for e in report["errors"])
+    on_disk = json.loads((ws.sft_dir / "report.json").read_text())
+    assert on_disk["dropped"] == report["dropped"]
+
+
+def test_rows_have_dict_arguments_named_tools_and_uncorrupted_schemas(exported):
+    ws, _, _ = exported
+    for stage in (1, 2):
+        dd = load_from_disk(str(ws.sft_dir / f"stage{stage}" / "hf"))
+        pq = Dataset.from_parquet(str(ws.sft_dir / f"stage{stage}" / "train.parquet"))
+        assert pq["id"] == dd["train"]["id"] and pq[0]["messages"] == dd["train"][0]["messages"]
+        assert set(dd["train"]["scenario_id"]).isdisjoint(dd["eval"]["scenario_id"])  # held out by scenario
+        for row in list(dd["train"]) + list(dd["eval"]):
+            assert row["stage"] == stage and (row["domain"].startswith("tau2-") == (stage == 2))
+            assert json.loads(row["tools"]) == TOOLS[row["domain"]]  # no keys borrowed from other rows' schemas
+            for m in row["messages"]:
+                if m["role"] == "tool":
+                    assert m["name"] and m["tool_call_id"]
+                for tc in m["tool_calls"] or []:
+                    args = tc["function"]["arguments"]
+                    assert isinstance(args, dict) and list(args) == [
+                        list(TOOLS[row["domain"]][0]["function"]["parameters"]["properties"])[0]]
+            assert row["messages"][-1]["role"] == "assistant"  # trailing user "###STOP###" trimmed
+
+
+def test_rerun_is_skipped_and_target_list_moves_domains(exported, tokenizer):
+    from training.export import export_sft
+
+    ws, report, _ = exported
+    again = export_sft(ws, tokenizer=tokenizer, max_length=1024)
+    assert all(s["skipped"] for s in again["stages"].values())
+    assert again["kept"] == report["kept"]
+    assert stage_of("dweather", ["dweather"]) == 2 and stage_of("tau2-airline", ["dweather"]) == 1
+    assert stage_of("tau2-retail") == 2 and stage_of("d0123") == 1
+
+
+def test_normalize_rejects_bad_messages_with_reasons():
+    with pytest.raises(RowError) as e:
+        normalize_messages([{"role": "user", "content": "x"}, {"role": "robot", "content": "y"}])
+    assert e.value.reason == "bad_message" and "message 1" in str(e.value)
+    with pytest.raises(RowError) as e:
+        normalize_messages([{"role": "user", "content": "x"}])
+    assert e.value.reason == "no_assistant_turn"
+    with pytest.raises(RowError) as e:
+        normalize_messages([{"role": "tool", "content": "x"}, {"role": "assistant", "content": "y"}])
+    assert e.value.reason == "tool_without_name"
+    # A tool message without a name gets it back from the matching call id; "" arguments mean {}.
+    out = normalize_messages([
+        {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "ping", "arguments": ""}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": {"pong": True}},
+        {"role": "assistant", "content": "ok"}])
+    assert out[0]["tool_calls"][0]["function"]["arguments"] == {} and out[1]["name"] == "ping"
+    assert out[1]["content"] == '{"pong": true}'
+
+
+def test_excluded_scenarios_stay_out_and_are_counted(exported, tokenizer, tmp_path):
+    """Held-out (evaluation) and contaminated scenarios never become training rows."""
+    from training.export import build_rows, iter_trajectory_files
+
+    ws, report, _ = exported
+    files = iter_trajectory_files(ws)
+    kept_ids = {r["scenario_id"] for st in build_rows(files, tokenizer, max_length=1024)[0].values()
+                for rows in st.values() for r in rows}
+    heldout, flagged = sorted(kept_ids)[:1], sorted(kept_ids)[1:2]
+    exclude = {heldout[0]: "heldout_scenario", flagged[0]: "contaminated"}
+    splits, rep = build_rows(files, tokenizer, max_length=1024, exclude_scenarios=exclude)
+    left = {r["scenario_id"] for st in splits.values() for rows in st.values() for r in rows}
+    assert left == kept_ids - set(exclude)
+    assert rep["dropped"]["heldout_scenario"] >= 1 and rep["dropped"]["contaminated"] >= 1

@@ -1,0 +1,70 @@
+"""Two real optimizer steps of stage 1, then stage 2 from stage 1's weights, on CPU with the tiny
+model, each in its own subprocess as tasks/sft/train.py launches them; and the documented
+`accelerate launch --config_file training/accelerate/cpu.yaml -m training.sft ...` path."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentscaler.catalog import Catalog
+from tasks.sft.train import ACCELERATE_DIR, TrainingFailed, train_stage
+
+pytestmark = pytest.mark.slow
+
+
+def _config(tmp: Path, stage: int) -> Path:
+    p = tmp / f"stage{stage}.yaml"
+    p.write_text(yaml.safe_dump({
+        "stage": stage, "model": "tiny" if stage == 1 else "stage1", "max_length": 1024,
+        "learning_rate": 1e-2, "warmup_ratio": 0.0, "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 1, "logging_steps": 1, "save_steps": 1000, "torch_threads": 1}))
+    return p
+
+
+def test_stage1_then_stage2_from_stage1_weights(exported, tmp_path):
+    from safetensors.torch import load_file
+
+    ws, _, _ = exported
+    lines: list[str] = []
+    r1 = train_stage(ws, 1, config=_config(tmp_path, 1), max_steps=2, on_line=lines.append)
+    assert r1["global_step"] == 2 and len(r1["losses"]) >= 2 and r1["loss_finite"]
+    assert all(math.isfinite(x) and x > 0 for x in r1["losses"])
+    assert r1["end_fingerprint"] != r1["start_fingerprint"]  # the optimizer moved the weights
+    assert any("RESULT" in ln for ln in lines) and "RESULT" in Path(r1["log"]).read_text()
+
+    r2 = train_stage(ws, 2, config=_config(tmp_path, 2), max_steps=2)
+    assert r2["global_step"] == 2 and r2["loss_finite"]
+    assert r2["model_source"] == r1["final_dir"]
+    assert r2["start_fingerprint"] == r1["end_fingerprint"]  # stage 2 starts where stage 1 ended
+    w1 = load_file(str(Path(r1["final_dir"]) / "model.safetensors"))
+    w2 = load_file(str(Path(r2["final_dir"]) / "model.safetensors"))
+    key = "model.layers.0.self_attn.q_proj.weight"
+    delta = (w2[key] - w1[key]).abs().max().item()
+    assert 0 < delta < 0.1  # two small steps away from stage 1, not a fresh init
+    runs = {r["flow"]: r for r in Catalog(ws.catalog_path).runs()}
+    assert runs["train-stage1"]["status"] == "done" and runs["train-stage2"]["status"] == "done"
+
+
+def test_accelerate_launch_cpu(exported, tmp_path):
+    ws, _, _ = exported
+    cfg = _config(tmp_path, 1)
+    cfg.write_text(cfg.read_text() + f"output_dir: {tmp_path / 'acc'}\n")
+    r = train_stage(ws, 1, config=cfg, max_steps=1, accelerate_config=ACCELERATE_DIR / "cpu.yaml")
+    assert r["command"][1:4] == ["-m", "accelerate.commands.launch", "--config_file"]
+    assert r["global_step"] == 1 and r["loss_finite"] and r["world_size"] == 1
+    assert (tmp_path / "acc" / "final" / "model.safetensors").exists()
+
+
+def test_failure_is_reported_with_log(exported, tmp_path):
+    ws, _, _ = exported
+    cfg = tmp_path / "s2.yaml"
+    cfg.write_text(yaml.safe_dump({"stage": 2, "model": "stage1", "dataset_dir": str(tmp_path / "none"),
+                                   "output_dir": str(tmp_path / "out")}))
+    with pytest.raises(TrainingFailed, match="no SFT dataset at"):
+        train_stage(ws, 2, config=cfg, max_steps=1)
+    runs = [r for r in Catalog(ws.catalog_path).runs() if r["status"] == "failed"]
+    assert runs and runs[-1]["flow"] == "train-stage2"
