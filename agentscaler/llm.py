@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from agentscaler.hashing import canonical_json, content_hash
+from agentscaler.schemas import check
 
 __all__ = [
     "ChatReply", "LLMClient", "LLMError", "LLMFormatError", "LLMHTTPError", "LLMTimeoutError",
@@ -219,13 +220,9 @@ def parse_json_reply(text: str | None, schema: dict[str, Any] | None = None) -> 
     except json.JSONDecodeError as e:
         raise LLMFormatError(f"reply is not valid JSON ({e.msg} at char {e.pos})", text) from None
     if schema is not None:
-        import jsonschema
-
-        try:
-            jsonschema.validate(value, schema)
-        except jsonschema.ValidationError as e:
-            path = "/".join(str(p) for p in e.absolute_path) or "<root>"
-            raise LLMFormatError(f"JSON reply does not match the schema at {path}: {e.message}", text) from None
+        err = check(schema).first_error(value)
+        if err is not None:
+            raise LLMFormatError(f"JSON reply does not match the schema at {err[0] or '<root>'}: {err[1]}", text)
     return value
 
 

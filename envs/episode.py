@@ -17,10 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator, FormatChecker
-from jsonschema.exceptions import SchemaError
-from jsonschema.exceptions import best_match
-
+from agentscaler.schemas import check
 from envs.fastcheck import flat_checker
 from envs.sandbox import SandboxError, WorkerCrashed, WorkerProcess
 from envs.spec import DomainSpec
@@ -74,18 +71,12 @@ class Environment:
         self.spec = spec
         self.worker = worker
         self._kinds = {t.name: t.kind for t in spec.tools}
-        self._validators: dict[str, Any] = {}
+        self._checks = {t.name: check(t.parameters) for t in spec.tools}  # agentscaler.schemas: one validator
         self._fast: dict[str, Any] = {}  # flat schemas: a checker that agrees with jsonschema, 10x faster
-        self._schema_errors: dict[str, str] = {}
         for t in spec.tools:
-            try:
-                Draft202012Validator.check_schema(t.parameters)
-                self._validators[t.name] = Draft202012Validator(t.parameters, format_checker=FormatChecker())
-                fast = flat_checker(t.parameters)
-                if fast is not None:
-                    self._fast[t.name] = fast
-            except SchemaError as exc:
-                self._schema_errors[t.name] = f"tool {t.name} has an invalid parameter schema: {exc.message}"
+            fast = flat_checker(t.parameters) if self._checks[t.name].problem is None else None
+            if fast is not None:
+                self._fast[t.name] = fast
         self._writes: list[tuple[str, dict[str, Any]]] = []  # successful writes since reset (replay log)
         self._base: bytes | None = None  # restored snapshot the episode started from (None = seed)
         self.scenario: Any = None
@@ -178,14 +169,14 @@ class Environment:
         fast = self._fast.get(name)
         if fast is not None and fast(arguments):
             return name, arguments
-        v = self._validators.get(name)
-        if v is None:
-            return None, ToolResult(False, None, self._schema_errors.get(name, f"tool {name} has no schema"))
-        if not v.is_valid(arguments):
-            err = best_match(v.iter_errors(arguments))
-            where = "/".join(str(p) for p in err.absolute_path)
+        schema = self._checks[name]
+        err = schema.first_error(arguments)
+        if schema.problem is not None:
+            return None, ToolResult(False, None, f"tool {name} has an invalid parameter schema: {schema.problem}")
+        if err is not None:
+            where, message = err
             return None, ToolResult(False, None, f"invalid arguments for {name}"
-                                                 f"{' at ' + where if where else ''}: {err.message}")
+                                                 f"{' at ' + where if where else ''}: {message}")
         return name, arguments
 
     def call(self, name: str, arguments: dict[str, Any] | str | None = None) -> ToolResult:

@@ -12,16 +12,16 @@ from __future__ import annotations
 import keyword
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
-from jsonschema import Draft202012Validator
 
-from agentscaler.hashing import canonical_json, content_hash
+from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
+from agentscaler.schemas import SchemaChecker
 from agentscaler.toolstore import load_tools, save_tools
 from agentscaler.workspace import Workspace, atomic_write_json
 from tasks.corpus.loaders import FORMATS, MAX_DEPTH, LoadIssue, RawTool, load_file
@@ -38,9 +38,6 @@ CORPUS_EXTS = {".json", ".jsonl", ".ndjson"}
 MALFORMED = {"unreadable_file", "empty_file", "malformed_json", "malformed_tool", "unknown_format",
              "invalid_schema", "unnamed_parameter", "duplicate_parameter", "bad_name", "too_deep", "oversized"}
 QUALITY = {"no_description", "trivial_description", "too_many_parameters", "duplicate"}
-
-_META = Draft202012Validator(Draft202012Validator.META_SCHEMA)
-
 
 class IngestError(RuntimeError):
     """The existing corpus cannot be read; nothing is overwritten."""
@@ -87,88 +84,6 @@ def _depth(obj: Any, limit: int) -> int:
         elif isinstance(cur, list):
             stack.extend((v, d + 1) for v in cur if isinstance(v, (dict, list)))
     return deepest
-
-
-_ANNOTATIONS = ("description", "title", "$comment")
-_SUB_ONE = ("items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else",
-            "unevaluatedItems", "unevaluatedProperties", "additionalItems")
-_SUB_LIST = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SUB_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-
-
-def _subschemas(schema: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-    """(path, subschema) of one level's schema positions."""
-    for k in _SUB_ONE:
-        if k in schema:
-            yield k, schema[k]
-    for k in _SUB_LIST:
-        if isinstance(schema.get(k), list):
-            for i, x in enumerate(schema[k]):
-                yield f"{k}/{i}", x
-    for k in _SUB_MAP:
-        if isinstance(schema.get(k), dict):
-            for kk, x in schema[k].items():
-                yield f"{k}/{kk}", x
-
-
-def skeleton(schema: Any) -> Any:
-    """One level of a schema with its variable parts neutralized: free text blanked (descriptions,
-    titles), defaults/examples/enum values/required names dropped, subschemas emptied (they are
-    checked on their own). The meta-schema's verdict on this level is unchanged, so equal
-    skeletons share one check. Only schema positions are touched, never values."""
-    if not isinstance(schema, dict):
-        return schema
-    out: dict[str, Any] = {}
-    for k, v in schema.items():
-        if k in _ANNOTATIONS and isinstance(v, str):
-            out[k] = ""
-        elif k in ("default", "const"):
-            out[k] = None
-        elif k in ("examples", "enum") and isinstance(v, list):
-            out[k] = []
-        elif k == "required" and isinstance(v, list) and all(isinstance(x, str) for x in v) and len(set(v)) == len(v):
-            out[k] = []
-        elif k in _SUB_ONE and isinstance(v, (dict, bool)):
-            out[k] = {}
-        elif k in _SUB_LIST and isinstance(v, list):
-            out[k] = [{} if isinstance(x, (dict, bool)) else x for x in v]
-        elif k in _SUB_MAP and isinstance(v, dict):
-            out[k] = {("p" if k == "patternProperties" else kk): ({} if isinstance(x, (dict, bool)) else x)
-                      for kk, x in v.items()} if any(not isinstance(x, (dict, bool)) for x in v.values()) else {}
-        else:
-            out[k] = v
-    return out
-
-
-class SchemaChecker:
-    """Draft 2020-12 meta-schema check with a cache: a full check costs ~5 ms, so each level of a
-    schema is checked by its skeleton, once per distinct skeleton. Same verdict as checking the
-    whole schema: the meta-schema judges each subschema on its own, never looks inside annotation
-    strings, defaults or enum values, and accepts any property name."""
-
-    def __init__(self) -> None:
-        self._seen: dict[bytes, str | None] = {}
-        self.checks = 0
-
-    def error(self, schema: Any, path: str = "") -> str | None:
-        if isinstance(schema, dict):
-            for sub_path, sub in _subschemas(schema):
-                if isinstance(sub, dict):
-                    err = self.error(sub, f"{path}/{sub_path}")
-                    if err:
-                        return err
-        skel = skeleton(schema)
-        try:
-            text = orjson.dumps(skel, option=orjson.OPT_SORT_KEYS)  # a cache key only: fast beats canonical here
-        except (TypeError, orjson.JSONEncodeError):
-            text = canonical_json(skel).encode("utf-8", "surrogatepass")
-        if text not in self._seen:
-            self.checks += 1
-            err = next(iter(_META.iter_errors(skel)), None)
-            self._seen[text] = None if err is None else (
-                f"{err.message[:200]} at {'/'.join(map(str, err.absolute_path))}")
-        found = self._seen[text]
-        return f"{found} (in {path or '/'})" if found else None
 
 
 def type_label(schema: Any) -> str:

@@ -24,10 +24,11 @@ from pydantic import BaseModel, ConfigDict
 
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
+from agentscaler.naming import snake
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
 
 from tasks.discover.embed import embed_tools
-from tasks.discover.graph import build_graph, input_keys, output_keys, save_graph, undirected_weights
+from tasks.discover.graph import GENERIC_KEYS, build_graph, input_keys, output_keys, save_graph, undirected_weights
 
 # Cosine scales differ per embedding; tuned on tests/data/labelled_tools.json (see README / report).
 EMBED_DEFAULTS: dict[str, dict[str, float]] = {
@@ -248,8 +249,6 @@ def dependency_check(members: np.ndarray, tools: list[Tool], vecs: np.ndarray, e
 
 
 def _param_keys(tool: Tool) -> set[str]:
-    from tasks.discover.graph import GENERIC_KEYS, snake
-
     props = tool.parameters.get("properties") if isinstance(tool.parameters, dict) else None
     return {k for k in (snake(p) for p in (props or {})) if k and k not in GENERIC_KEYS}
 

@@ -20,27 +20,13 @@ from typing import Any
 import numpy as np
 
 from agentscaler.models import Tool
+from agentscaler.naming import singular, snake
 from agentscaler.workspace import atomic_write_bytes
 
 GENERIC_KEYS = set("""a b c x y z n id ids name names type types value values result results data status message
 messages query text content number numbers limit offset page size count amount key keys item items info
 details description title format mode option options flag enabled date time start end from to input output
 payload body request response args kwargs params parameters filter filters sort order path url""".split())
-
-
-def snake(name: str) -> str:
-    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(name))
-    return re.sub(r"[^a-z0-9]+", "_", s.lower()).strip("_")
-
-
-def _singular(word: str) -> str:
-    if word.endswith("ies"):
-        return word[:-3] + "y"
-    if word.endswith("ses") or word.endswith("xes"):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith("ss"):
-        return word[:-1]
-    return word
 
 
 def input_keys(tool: Tool) -> set[str]:
@@ -68,7 +54,7 @@ def output_keys(tool: Tool) -> set[str]:
         k = snake(k)
         out.add(k)
         if isinstance(v, dict) and v.get("type") == "array" and not k.endswith("_ids"):
-            out.add(_singular(k) + "_id")  # "orders": [order ids] -> order_id
+            out.add(singular(k) + "_id")  # "orders": [order ids] -> order_id
         if k.endswith("_ids"):
             out.add(k[:-1])
         if isinstance(v, dict) and isinstance(v.get("properties"), dict):
@@ -84,7 +70,7 @@ def output_keys(tool: Tool) -> set[str]:
         if "_id" in rest:  # find_user_id_by_email -> user_id
             out.add(rest[: rest.index("_id") + 3])
         elif rest:
-            out.add(_singular(rest.split("_")[-1]) + "_id")
+            out.add(singular(rest.split("_")[-1]) + "_id")
     return {k for k in out if k and k not in GENERIC_KEYS}
 
 

@@ -19,7 +19,9 @@ from typing import Any
 
 from agentscaler.models import Tool
 from envs.spec import ColumnSpec, DomainSpec, Edge, TableSpec, ToolSpec
-from tasks.scenarios.arguments import column_key, gen_value, is_valid, snake
+from agentscaler.naming import QUERY_NAMES, column_key, plural, singular, snake, strip_role
+from agentscaler.schemas import is_valid
+from tasks.scenarios.arguments import gen_value
 
 # --- vocabulary ---------------------------------------------------------------------------------
 READ_VERBS = {
@@ -72,35 +74,13 @@ CONTROL = {"limit", "max_results", "num_results", "results", "top_k", "top_n", "
            "per_page", "offset", "sort", "sort_by", "sort_order", "order_by", "fields", "cursor", "page_token",
            "format", "response_format", "output_format", "verbose", "pretty", "include_details", "detailed",
            "api_key", "apikey", "token", "access_token", "key", "callback", "lang", "locale"}
-QUERY_NAMES = {"query", "q", "keyword", "keywords", "search", "search_term", "search_query", "term", "search_text",
-               "searchterm", "search_string", "query_string"}
 LIMIT_NAMES = {"limit", "max_results", "num_results", "results", "top_k", "top_n", "k", "page_size", "per_page"}
-ROLE_PREFIXES = ("source_", "target_", "from_", "to_", "destination_", "origin_", "parent_", "new_", "old_",
-                 "sender_", "receiver_", "primary_", "src_", "dst_", "other_", "dest_", "original_", "recipient_")
 HTTP_WRITE = re.compile(r"\b(POST|PUT|PATCH|DELETE)\b")
 HTTP_READ = re.compile(r"\bGET\b")
 _PY_RESERVED = {"db", "params", "ToolError", "str", "isinstance", "len", "float", "dict", "list", "int", "bool",
                 "round", "any", "all", "sorted", "row", "rows", "values", "key", "found", "None", "True", "False",
                 "min", "max", "print", "object", "super", "globals"}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def singular(word: str) -> str:
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith(("sses", "xes", "ches", "shes", "uses")):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 3:
-        return word[:-1]
-    return word
-
-
-def plural(word: str) -> str:
-    if word.endswith("y") and len(word) > 1 and word[-2] not in "aeiou":
-        return word[:-1] + "ies"
-    if word.endswith(("s", "x", "ch", "sh")):
-        return word + "es"
-    return word + "s"
 
 
 def _col(name: str) -> str:
@@ -228,12 +208,7 @@ def _id_entity(pname: str, schema: dict[str, Any]) -> str | None:
                 return None
             if suf != "_ids" and t not in ("string", "integer"):
                 return None
-            base = s[: -len(suf)]
-            for rp in ROLE_PREFIXES:
-                if base.startswith(rp) and len(base) > len(rp):
-                    base = base[len(rp):]
-                    break
-            return singular(base)
+            return singular(strip_role(s[: -len(suf)]))
     return None
 
 

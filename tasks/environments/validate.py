@@ -20,7 +20,8 @@ from typing import Any
 
 from agentscaler.errors import TransientError
 from envs.spec import DomainSpec, ToolSpec
-from tasks.scenarios.arguments import is_valid, sample_arguments
+from agentscaler.schemas import is_valid
+from tasks.scenarios.arguments import sample_arguments
 
 REASONS = ("syntax", "missing_function", "signature", "load", "tool_error", "no_state_change", "read_mutated",
            "invalid_arguments", "environment")

@@ -14,15 +14,8 @@ import random
 import re
 from typing import Any
 
-from jsonschema import Draft202012Validator, FormatChecker
-
-ID_SUFFIXES = ("_ids", "_id", "_uuid")
-ROLE_PREFIXES = ("source_", "target_", "from_", "to_", "destination_", "origin_", "parent_", "new_", "old_",
-                 "sender_", "receiver_", "primary_", "src_", "dst_", "other_", "dest_", "original_", "recipient_")
-RANGE_PREFIXES = ("min_", "max_", "minimum_", "maximum_", "start_", "end_", "from_", "to_")
-QUERY_NAMES = {"query", "q", "keyword", "keywords", "search", "search_term", "search_query", "term", "search_text",
-               "searchterm", "search_string", "query_string"}
-RANGE_SUFFIXES = ("_min", "_max", "_from", "_to", "_start", "_end")
+from agentscaler.naming import QUERY_NAMES, ROLE_PREFIXES, column_key, snake
+from agentscaler.schemas import is_valid
 
 _FIRST = ["Ada", "Alan", "Grace", "Linus", "Barbara", "Ken", "Margaret", "Dennis", "Frances", "Edsger",
           "Radia", "Donald", "Katherine", "John", "Hedy", "Tim"]
@@ -35,27 +28,6 @@ _WORDS = ["alpha", "blue", "cedar", "delta", "ember", "falcon", "garnet", "harbo
 _NOUNS = ["Mug", "Lamp", "Notebook", "Chair", "Backpack", "Kettle", "Monitor", "Jacket", "Bottle", "Speaker"]
 _CURRENCIES = ["USD", "EUR", "JPY", "GBP", "CHF"]
 _LANGS = ["en", "fr", "de", "es", "ja"]
-
-
-def snake(name: str) -> str:
-    """camelCase / kebab / dotted names -> snake_case, lower."""
-    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
-    s = re.sub(r"[^A-Za-z0-9]+", "_", s).strip("_").lower()
-    return s or "x"
-
-
-def column_key(param: str) -> str:
-    """The column a parameter name refers to: userId -> user_id, max_price -> price, order_ids -> order_id."""
-    s = snake(param)
-    for p in RANGE_PREFIXES:
-        if s.startswith(p) and len(s) > len(p):
-            return s[len(p):]
-    for p in RANGE_SUFFIXES:
-        if s.endswith(p) and len(s) > len(p):
-            return s[: -len(p)]
-    if s.endswith("_ids"):
-        return s[:-1]
-    return s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,29 +212,6 @@ def gen_value(schema: dict[str, Any] | None, name: str, rng: random.Random, dept
 # ---------------------------------------------------------------------------------------------
 # grounded sampling
 # ---------------------------------------------------------------------------------------------
-_VALIDATORS: dict[int, Draft202012Validator] = {}
-
-
-def _validator(schema: dict[str, Any]) -> Draft202012Validator:
-    key = id(schema)
-    v = _VALIDATORS.get(key)
-    if v is None or v.schema is not schema:
-        v = Draft202012Validator(schema, format_checker=FormatChecker())
-        if len(_VALIDATORS) > 20000:
-            _VALIDATORS.clear()
-        _VALIDATORS[key] = v
-    return v
-
-
-def is_valid(value: Any, schema: dict[str, Any] | None) -> bool:
-    if not isinstance(schema, dict):
-        return True
-    try:
-        return _validator(schema).is_valid(value)
-    except Exception:  # a malformed schema: we cannot check, so accept
-        return True
-
-
 def _coerce(value: Any, schema: dict[str, Any]) -> Any:
     """Fit a database/output value to the parameter type where it is lossless enough."""
     t = _schema_type(schema)

@@ -37,11 +37,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentscaler.hashing import content_hash
 from agentscaler.models import GoldCall, Scenario
+from agentscaler.schemas import errors, is_valid
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl, file_lock, read_jsonl
 from envs.spec import DomainSpec, ToolSpec
 from tasks.scenarios.intents import IntentWriter, write_intent
@@ -191,10 +191,10 @@ class StateView:
         key = (tool.name, param, json.dumps(schema, sort_keys=True))
         hit = self._memo.get(key)
         if hit is None:
-            hit = [c for c in (coerce(v, schema) for v in self.values_for(param)) if _valid(c, schema)]
+            hit = [c for c in (coerce(v, schema) for v in self.values_for(param)) if is_valid(c, schema)]
             if not hit and "string" in _types(schema) and not schema.get("enum") and not schema.get("format") \
                     and any(w in param.lower() for w in _SEARCH_WORDS):
-                hit = [w for w in self.words_for(tool) if _valid(w, schema)]
+                hit = [w for w in self.words_for(tool) if is_valid(w, schema)]
             self._memo[key] = hit
         return hit
 
@@ -293,34 +293,6 @@ def coerce(value: Any, schema: dict[str, Any]) -> Any:
     return value
 
 
-def _valid(value: Any, schema: dict[str, Any]) -> bool:
-    try:
-        return _validator(json.dumps(schema, sort_keys=True)).is_valid(value)
-    except (jsonschema.SchemaError, TypeError, ValueError):
-        return False
-
-
-_VALIDATORS: dict[str, Any] = {}
-
-
-def _validator(schema_json: str) -> Any:
-    v = _VALIDATORS.get(schema_json)
-    if v is None:
-        schema = json.loads(schema_json)
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        v = cls(schema, format_checker=cls.FORMAT_CHECKER)
-        if len(_VALIDATORS) > 4096:
-            _VALIDATORS.clear()
-        _VALIDATORS[schema_json] = v
-    return v
-
-
-def schema_errors(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
-    """jsonschema errors of an argument object (empty list = valid)."""
-    v = _validator(json.dumps(schema, sort_keys=True))
-    return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in v.iter_errors(args)]
-
-
 def sample_from_schema(schema: dict[str, Any], rng: random.Random, clock: str = "2024-05-15T15:00:00",
                        depth: int = 0) -> Any:
     """A value that satisfies a (simple) JSON Schema: enum, const, format, type and range."""
@@ -397,7 +369,7 @@ def ground_arguments(tool: ToolSpec, state: StateView, outputs: list[Any], rng: 
         ps = props[name] if isinstance(props[name], dict) else {}
         if name not in required and rng.random() >= optional_prob:
             continue
-        chained = [c for c in (coerce(v, ps) for v in output_values(outputs, name)) if _valid(c, ps)]
+        chained = [c for c in (coerce(v, ps) for v in output_values(outputs, name)) if is_valid(c, ps)]
         if chained:
             args[name], sources[name] = rng.choice(chained), "output"
             continue
@@ -473,7 +445,7 @@ def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView,
         ok, last_error, tried, dup = False, "", 0, 0
         for _ in range(params.arg_retries):
             args, sources = ground_arguments(tool, state, outputs, rng, params.optional_prob, spec.clock)
-            errs = schema_errors(args, tool.parameters or {"type": "object"})
+            errs = errors(args, tool.parameters or {"type": "object"})
             if errs:
                 counts["invalid_arguments"] += 1
                 last_error = "; ".join(errs)

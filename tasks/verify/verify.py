@@ -34,11 +34,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator, FormatChecker
 from pydantic import ValidationError
 
 from agentscaler.hashing import canonical_json
 from agentscaler.models import Scenario, Trajectory, Verdict
+from agentscaler.schemas import check
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from envs.spec import DomainSpec
 from tasks.verify.passk import passk_report
@@ -57,21 +57,16 @@ class DomainTools:
 
     def __init__(self, spec: DomainSpec):
         self.kinds = {t.name: t.kind for t in spec.tools}
-        self.validators: dict[str, Any] = {}
-        for t in spec.tools:
-            try:
-                self.validators[t.name] = Draft202012Validator(t.parameters, format_checker=FormatChecker())
-            except Exception:  # noqa: BLE001 - an invalid schema validates nothing: every call is invalid
-                self.validators[t.name] = None
-
+        # agentscaler.schemas: a malformed schema validates nothing, so every call of that tool is invalid
+        self.checks = {t.name: check(t.parameters) for t in spec.tools}
         self._seen: dict[str, bool] = {}  # call_key -> valid (the same calls recur across trials)
 
     def valid(self, name: str, args: dict[str, Any], key: str | None = None) -> bool:
         key = key or call_key(name, args)
         ok = self._seen.get(key)
         if ok is None:
-            v = self.validators.get(name)
-            ok = self._seen[key] = v is not None and v.is_valid(args)
+            c = self.checks.get(name)
+            ok = self._seen[key] = c is not None and c.is_valid(args)
         return ok
 
 

@@ -208,6 +208,19 @@ def test_missing_tool_function_is_a_tool_error(tmp_path):
         assert not res.ok and "not implemented" in res.error
 
 
+def test_malformed_parameter_schema_is_a_tool_error(tmp_path):
+    dest = build_shop(tmp_path / "shop")
+    spec = json.loads((dest / "spec.json").read_text())
+    for tool in spec["tools"]:
+        if tool["name"] == "get_user":
+            tool["parameters"]["properties"]["user_id"] = {"type": "foo"}
+    (dest / "spec.json").write_text(json.dumps(spec))
+    with Environment.open(dest, unsafe=UNSAFE) as e:
+        res = e.call("get_user", {"user_id": "u1"})
+        assert not res.ok and "get_user has an invalid parameter schema" in res.error
+        assert e.call("update_email", {"user_id": "u1", "email": "a@b.c"}).ok
+
+
 def test_missing_domain_files_are_clear_errors(tmp_path):
     dest = build_shop(tmp_path / "shop")
     (dest / "seed.sqlite").unlink()

@@ -13,9 +13,10 @@ from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
 from agentscaler.models import NAME_RE
+from agentscaler.schemas import SchemaChecker
 from agentscaler.toolstore import load_tools
 from agentscaler.workspace import Workspace
-from tasks.corpus.ingest import SchemaChecker, build_corpus, infer_returns, ingest, normalize_name
+from tasks.corpus.ingest import build_corpus, infer_returns, ingest, normalize_name
 from tasks.corpus.loaders import RawTool
 
 CORPORA = Path(__file__).resolve().parents[2] / "data" / "corpora"
@@ -153,7 +154,8 @@ _schema = st.recursive(_leaf, lambda inner: st.one_of(
 @settings(max_examples=80, deadline=None)
 @given(_schema)
 def test_cached_check_matches_full_metaschema_check(schema):
-    full_ok = Draft202012Validator(Draft202012Validator.META_SCHEMA).is_valid(schema)
+    full_ok = Draft202012Validator(Draft202012Validator.META_SCHEMA,
+                                   format_checker=Draft202012Validator.FORMAT_CHECKER).is_valid(schema)
     checker = SchemaChecker()
     assert (checker.error(schema) is None) == full_ok
     assert (checker.error(schema) is None) == full_ok  # and again from the cache

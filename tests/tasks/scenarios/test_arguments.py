@@ -9,7 +9,8 @@ import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 
 from envs.spec import ToolSpec
-from tasks.scenarios.arguments import column_key, gen_value, sample_arguments
+from agentscaler.naming import column_key
+from tasks.scenarios.arguments import gen_value, sample_arguments
 
 
 def _tool(props: dict, required: list[str] | None = None, name: str = "t") -> ToolSpec:

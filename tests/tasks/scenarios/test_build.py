@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from agentscaler.models import Scenario
+from agentscaler.schemas import errors
 from agentscaler.workspace import Workspace, read_jsonl
 from envs.spec import DomainSpec
 from tasks.scenarios.intents import check_intent
 from tasks.scenarios.build import (
     ScenarioParams, StateView, adjacency, build_scenarios, domain_split, generate, ground_arguments,
-    load_scenarios, plan_walk, replay, sample_from_schema, scenario_id, schema_errors,
+    load_scenarios, plan_walk, replay, sample_from_schema, scenario_id,
 )
 from tests.data.domains.shop.build import build_shop
 
@@ -70,7 +71,7 @@ def test_arguments_always_schema_valid_and_grounded(spec: DomainSpec, shop: Path
     for i in range(400):
         tool = spec.tools[i % len(spec.tools)]
         args, sources = ground_arguments(tool, state, [], rng, optional_prob=0.5)
-        assert schema_errors(args, tool.parameters) == [], (tool.name, args)
+        assert errors(args, tool.parameters) == [], (tool.name, args)
         assert set(sources.values()) <= {"user"}
         if "user_id" in args:
             assert args["user_id"] in {"u1", "u2", "u3"}  # from the database, not invented
@@ -104,7 +105,7 @@ def test_schema_sampler_covers_formats_and_ranges() -> None:
     for s in schemas:
         for _ in range(30):
             v = sample_from_schema(s, rng)
-            assert schema_errors({"v": v}, {"type": "object", "properties": {"v": s}}) == [], (s, v)
+            assert errors({"v": v}, {"type": "object", "properties": {"v": s}}) == [], (s, v)
 
 
 def test_split_is_stable_and_tau2_configurable() -> None:
@@ -185,7 +186,7 @@ def test_build_writes_valid_grounded_scenarios(shop: Path, spec: DomainSpec, env
                  for c in s.gold_calls]
         assert check_intent(s.intent, {}, calls) == []  # every user value is in the intent text
         for i, c in enumerate(s.gold_calls):
-            assert schema_errors(c.arguments, spec.tool(c.name).parameters) == []
+            assert errors(c.arguments, spec.tool(c.name).parameters) == []
             assert c.kind == spec.tool(c.name).kind
             earlier = set()
             for prev in s.gold_calls[:i]:

@@ -110,6 +110,17 @@ def test_unknown_tool_and_invalid_arguments(ws: Workspace, tools: DomainTools) -
     assert verify_trajectory(t, s, tools).reasons == ["invalid_arguments"]
 
 
+def test_malformed_tool_schema_makes_its_calls_invalid_never_an_exception(ws: Workspace) -> None:
+    """agentscaler.schemas: a schema that validates nothing rejects every call (it used to raise out of here)."""
+    spec = DomainSpec.load(ws.domain_dir("shop"))
+    broken = spec.model_copy(update={"tools": [t.model_copy(update={"parameters": {"type": "object", "properties": {
+        "user_id": {"type": "foo"}}}}) if t.name == "get_user" else t for t in spec.tools]})
+    s = _pick(ws, read_only=False)
+    t = perfect(s)
+    t.messages[2:2] = [_call(1, "get_user", {"user_id": "u1"}), {"role": "tool", "tool_call_id": "x1", "content": "Error: x"}]
+    assert verify_trajectory(t, s, DomainTools(broken)).reasons == ["invalid_arguments"]
+
+
 def test_repetition(ws: Workspace, tools: DomainTools) -> None:
     s = _pick(ws, read_only=False)
     t = perfect(s)
