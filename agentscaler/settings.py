@@ -19,6 +19,12 @@ def configure_prefect_env() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 
+def cache_root() -> Path:
+    """The per-user cache: corpora, converted models, embedding tables (AGENTSCALER_CACHE, default
+    ~/.cache/agentscaler). Shared by every workspace on the machine."""
+    return Path(os.environ.get("AGENTSCALER_CACHE") or Path.home() / ".cache" / "agentscaler")
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -33,7 +39,7 @@ class Settings(BaseModel):
         env = os.environ
         return cls(
             workspace=Path(env.get("AGENTSCALER_WORKSPACE", "workspace")),
-            cache_dir=Path(env.get("AGENTSCALER_CACHE", str(Path.home() / ".cache" / "agentscaler"))),
+            cache_dir=cache_root(),
             llm_url=env.get("AGENTSCALER_LLM_URL") or None,
             llm_model=env.get("AGENTSCALER_LLM_MODEL", "smollm2-135m"),
             allow_unsafe_sandbox=env.get("AGENTSCALER_UNSAFE_SANDBOX", "") == "1",

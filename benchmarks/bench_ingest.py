@@ -85,7 +85,7 @@ def main() -> None:
     ap.add_argument("--tools", type=int, default=30000)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from tasks.corpus.fetch import fetch
+    from agentscaler.corpora import fetch
 
     for name in ("bfcl", "tau2", "nestful"):
         fetch(name)

@@ -83,7 +83,7 @@ def synthetic_domain(i: int) -> list[Tool]:
 
 # --- real corpora (own minimal normalization until `agentscaler ingest` lands) --------------------
 def _normalize(raw, seen: set[str]) -> Tool | None:
-    from tasks.corpus.loaders import RawTool
+    from tasks.corpus.common import RawTool
 
     if not isinstance(raw, RawTool) or raw.problem or not isinstance(raw.parameters, dict):
         return None

@@ -17,13 +17,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agentscaler.settings import cache_root
 from training.chat_template import apply_template
 
 
-def cache_root(cache_dir: Path | str | None = None) -> Path:
-    if cache_dir is not None:
-        return Path(cache_dir)
-    return Path(os.environ.get("AGENTSCALER_CACHE", str(Path.home() / ".cache" / "agentscaler")))
+def _cache(cache_dir: Path | str | None = None) -> Path:
+    return Path(cache_dir) if cache_dir is not None else cache_root()
 
 
 def find_gguf() -> Path:
@@ -58,7 +57,7 @@ def _publish(tmp: Path, dst: Path) -> Path:
 def tokenizer_dir(cache_dir: Path | str | None = None) -> Path:
     """Cached HF tokenizer folder converted from the GGUF (fast tokenizer, SFT chat template)."""
     _offline()
-    dst = cache_root(cache_dir) / "smollm2-tokenizer"
+    dst = _cache(cache_dir) / "smollm2-tokenizer"
     if (dst / "tokenizer_config.json").exists():
         return dst
     from transformers import AutoTokenizer
@@ -82,7 +81,7 @@ def load_tokenizer(cache_dir: Path | str | None = None) -> Any:
 def convert_smollm2(cache_dir: Path | str | None = None) -> Path:
     """Dequantize the shipped GGUF into `<cache>/smollm2-135m-hf/` (once) and return the folder."""
     _offline()
-    dst = cache_root(cache_dir) / "smollm2-135m-hf"
+    dst = _cache(cache_dir) / "smollm2-135m-hf"
     if (dst / "config.json").exists():
         return dst
     import torch

@@ -24,14 +24,15 @@ from agentscaler.models import Tool
 from agentscaler.schemas import SchemaChecker
 from agentscaler.toolstore import load_tools, save_tools
 from agentscaler.workspace import Workspace, atomic_write_json
-from tasks.corpus.loaders import FORMATS, MAX_DEPTH, LoadIssue, RawTool, load_file
+from tasks.corpus.common import MAX_DEPTH, LoadIssue, RawTool
+from tasks.corpus.loaders import FORMATS, load_file
+from tasks.corpus.sources import expand_sources
 
 MAX_PARAMS = 50  # more top-level parameters than this is not an API a model should learn from
 MAX_DESCRIPTION = 8000  # characters
 MAX_SPEC_BYTES = 256 * 1024  # canonical JSON of parameters + returns
 MIN_DESCRIPTION_CHARS = 8
 MAX_ERRORS_KEPT = 500
-CORPUS_EXTS = {".json", ".jsonl", ".ndjson"}
 
 # rejection reasons that mean "malformed input" (listed in errors, fail --strict);
 # the others are quality filters from the paper (counted, not errors)
@@ -206,33 +207,6 @@ def infer_returns(name: str, description: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # sources
 # ---------------------------------------------------------------------------------------------
-
-def expand_sources(sources: Iterable[str | Path]) -> tuple[list[Path], list[LoadIssue]]:
-    """Files to read: a file as given; a folder's *.json/*.jsonl/*.ndjson and *tools.py files;
-    a corpus name (bfcl, tau2, nestful) resolves to its fetched files (fetching when absent)."""
-    files: list[Path] = []
-    issues: list[LoadIssue] = []
-    for src in sources:
-        p = Path(src)
-        if p.is_dir():
-            files.extend(sorted(f for f in p.rglob("*") if f.is_file() and (
-                f.suffix.lower() in CORPUS_EXTS or f.name.endswith("tools.py"))))
-        elif p.is_file():
-            files.append(p)
-        else:
-            from tasks.corpus import fetch as corpus_fetch
-
-            if str(src) in corpus_fetch.CORPORA:
-                try:
-                    files.extend(corpus_fetch.corpus_sources(str(src)))
-                except Exception as exc:  # noqa: BLE001 - a failed fetch is one source's error
-                    issues.append(LoadIssue(str(src), "unreadable_file", f"corpus fetch failed: {exc}"))
-            else:
-                issues.append(LoadIssue(str(src), "unreadable_file",
-                                        "no such file or folder (nor a corpus name: "
-                                        f"{', '.join(corpus_fetch.CORPORA)})"))
-    return list(dict.fromkeys(files)), issues
-
 
 # ---------------------------------------------------------------------------------------------
 # assembling the corpus

@@ -28,6 +28,7 @@ import numpy as np
 
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
+from agentscaler.settings import cache_root
 from agentscaler.workspace import atomic_write_bytes
 
 EMBEDDINGS = ("minilm", "fast")
@@ -47,11 +48,6 @@ def model_dir() -> Path:
     if not (path / "model.safetensors").exists():
         raise RuntimeError(f"embedding model files missing under {path}")
     return path
-
-
-def _fast_cache_dir() -> Path:
-    """Per-user cache for the projected token table (AGENTSCALER_CACHE or ~/.cache/agentscaler)."""
-    return Path(os.environ.get("AGENTSCALER_CACHE", str(Path.home() / ".cache" / "agentscaler")))
 
 
 class Embedder(Protocol):
@@ -98,7 +94,7 @@ class FastEmbedder:
         self.tokenizer.no_truncation()
         weights = path / "model.safetensors"
         st = weights.stat()
-        cached = _fast_cache_dir() / f"fast-table-{content_hash([st.st_size, int(st.st_mtime), FAST_DIM])}.npy"
+        cached = cache_root() / f"fast-table-{content_hash([st.st_size, int(st.st_mtime), FAST_DIM])}.npy"
         try:
             self.table = np.load(cached)
         except (OSError, ValueError):

@@ -1,6 +1,6 @@
 """BFCL adapter: single-turn function calling scored by BFCL's AST matcher.
 
-Data: the fetched `bfcl-eval` wheel (`tasks.corpus.fetch.fetch("bfcl")`):
+Data: the fetched `bfcl-eval` wheel (`agentscaler.corpora.fetch("bfcl")`):
 `bfcl_eval/data/BFCL_v4_<category>.json` (JSON Lines: id, question, function) and
 `possible_answer/BFCL_v4_<category>.json` (id, ground_truth: [{func: {param: [allowed values]}}]).
 
@@ -28,6 +28,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agentscaler.corpora import fetch
+
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "live_simple", "live_multiple",
               "live_parallel", "live_parallel_multiple", "irrelevance", "live_irrelevance", "live_relevance")
 ALIASES = {"simple": "simple_python"}
@@ -50,8 +52,6 @@ def data_root(root: Path | None = None) -> Path:
     """The `bfcl_eval/data` folder of the extracted wheel (fetched on first use)."""
     if root is not None:
         return Path(root)
-    from tasks.corpus.fetch import fetch
-
     base = Path(fetch("bfcl"))
     for cand in (base / "bfcl_eval" / "data", base / "data", base):
         if (cand / "possible_answer").is_dir():

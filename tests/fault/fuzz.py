@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from agentscaler.llm import LLMFormatError, parse_hermes_tool_calls, parse_json_reply, parse_reply
 from tasks.corpus.ingest import build_corpus
-from tasks.corpus.loaders import FORMATS, LoadIssue, RawTool, load_file
+from tasks.corpus.common import LoadIssue, RawTool
+from tasks.corpus.loaders import FORMATS, load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPORA = ROOT / "tests" / "data" / "corpora"

