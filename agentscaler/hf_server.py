@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 
+from agentscaler.llm import LLMFormatError, parse_hermes_tool_calls
 from agentscaler.llm_server import LLMServerError, default_log_path, free_port, serve_process
 
 __all__ = ["HFServerError", "build_app", "hf_server", "normalize_messages"]
@@ -96,8 +97,6 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def split_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]] | None]:
     """(content, OpenAI tool_calls) when the text holds strictly parsable Hermes calls, else (text, None)."""
-    from agentscaler.llm import LLMFormatError, parse_hermes_tool_calls
-
     if "<tool_call>" not in text and "</tool_call>" not in text:
         return text, None
     try:

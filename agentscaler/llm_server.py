@@ -33,6 +33,8 @@ from typing import Any
 
 import httpx
 
+from agentscaler.llm import LLMFormatError, parse_hermes_tool_calls
+
 HERMES_FORMAT = "agentscaler-hermes"
 DEFAULT_ALIAS = "smollm2-135m"
 
@@ -228,8 +230,6 @@ def hermes_chat_handler(llama: Any, messages: list[dict[str, Any]], tools: list[
                         **_: Any) -> dict[str, Any]:
     """llama-cpp-python chat handler for the agentscaler-hermes format (non-streaming only)."""
     from llama_cpp import llama_chat_format, llama_grammar
-
-    from agentscaler.llm import LLMFormatError, parse_hermes_tool_calls
 
     if stream:
         raise ValueError("agentscaler-hermes does not stream")

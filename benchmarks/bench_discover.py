@@ -73,7 +73,8 @@ CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from agentscaler.workspace import Workspace
-from tasks.discover.domains import DiscoverConfig, discover
+from tasks.discover.config import DiscoverConfig
+from tasks.discover.discover import discover
 t = time.perf_counter()
 s = discover(Workspace({ws!r}), cfg=DiscoverConfig(embedding={emb!r}), force={force!r}, draw=True)
 s["wall_s"] = time.perf_counter() - t
@@ -101,7 +102,7 @@ def quality(ws: Path, tools, labels) -> dict:
 
 
 def bench(n: int, emb: str, repeats: int) -> dict:
-    from agentscaler.toolstore import save_tools
+    from agentscaler.artifacts import save_tools
     from agentscaler.workspace import Workspace
 
     tools, labels = synthetic_tools(n)

@@ -151,9 +151,10 @@ def bench_llm(tmp: Path, clean_ws: Path, per_kind: int) -> None:
         0, 0, note=str(dict(outcome)))
 
     from agentscaler.workspace import Workspace
-    from tasks.rollouts.engine import RolloutConfig, run_rollouts
+    from tasks.rollouts.conversation import RolloutConfig
+    from tasks.rollouts.engine import run_rollouts
     from tasks.verify.verify import verify_run
-    from training.export import export_sft
+    from tasks.sft.export import export_sft
 
     ws_root = tmp / "llmws"
     shutil.copytree(clean_ws, ws_root, ignore=shutil.ignore_patterns("rollouts", "sft"))

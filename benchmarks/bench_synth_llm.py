@@ -54,7 +54,7 @@ def _edges(tools: list[Tool]) -> list[dict]:
 
 def run(url: str, model: str, args: argparse.Namespace) -> dict:
     from envs.sandbox import unsafe_from_env
-    from tasks.discover.llm_check import llm_dependency_check
+    from tasks.discover.check import llm_dependency_check
     from tasks.environments.llm import synthesize_llm
 
     cfg = {"max_rounds": args.rounds, "max_tokens_tables": args.max_tokens, "max_tokens_code": args.max_tokens,

@@ -30,7 +30,7 @@ def one(model: str, steps: int, threads: int) -> dict:
     from agentscaler.workspace import Workspace
     from tests.training.conftest import write_rollouts
     from training.config import StageConfig
-    from training.export import export_sft
+    from tasks.sft.export import export_sft
     from training.sft import run
 
     with tempfile.TemporaryDirectory() as tmp:

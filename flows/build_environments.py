@@ -13,14 +13,14 @@ from typing import Any
 from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from agentscaler.artifacts import load_tools
 from agentscaler.catalog import Catalog
 from agentscaler.errors import transient_only
 from agentscaler.models import Tool
-from agentscaler.toolstore import load_tools
 from agentscaler.workspace import Workspace
 from flows.common import fan_out, publish_markdown, run_record
-from tasks.scenarios.build import build_scenarios
 from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
+from tasks.scenarios.build import build_scenarios
 
 # Domains built at once (each drives its own sandbox worker). Set per worker machine.
 MAX_WORKERS = int(os.environ.get("AGENTSCALER_MAX_WORKERS", "2"))

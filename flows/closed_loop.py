@@ -7,16 +7,16 @@ Phases, each timed:
    rule-based environments and scenarios for a few *small* domains (short tool lists keep prompts
    short on CPU), `train_domains` from the train split and `heldout_domains` from the held-out
    split (the split is tasks.scenarios.build.domain_split's, a hash of the domain id; nothing is moved).
-2. baseline: tasks.evaluation.evaluate.evaluate of SmolLM2-135M (llama.cpp GGUF, `local_server()`) on
+2. baseline: tasks.evaluation.evaluate of SmolLM2-135M (the local llama.cpp server, GGUF) on
    `heldout_scenarios` held-out scenarios, k trials each.
 3. data: (a) optionally the base model's own rollouts on train-split scenarios, kept only if
-   verified; (b) **gold-replayed** trajectories, clearly labelled `agent_model="gold-replay"`:
+   verified; (b) **gold-replayed** trajectories (tasks.rollouts.gold), labelled `agent_model="gold-replay"`:
    for each train-split scenario, the user's intent, one assistant turn per gold call with the
    gold arguments, the real tool output from the sandboxed environment, and a final assistant
-   summary quoting the last result; verified by tasks.verify.verify like any other trajectory. They are
+   summary quoting the last result; verified by tasks.verify like any other trajectory. They are
    demonstrations made from the scenario generator's ground truth, not model experience.
    Held-out domains never contribute a row (export reads only these runs).
-4. train: training.export (stage 1) + tasks.sft.train.train_stage (TRL SFT, assistant-only loss) of
+4. train: tasks.sft.export (stage 1) + tasks.sft.train (TRL SFT, assistant-only loss) of
    SmolLM2-135M converted from the same GGUF, a few optimizer steps.
 5. trained: the same evaluation (same scenarios, k, rollout config) of the checkpoint served by
    agentscaler.hf_server.
@@ -34,10 +34,23 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentscaler.models import Scenario, Trajectory
+from agentscaler.artifacts import load_scenarios, load_tools, load_trajectories
+from agentscaler.catalog import Catalog
+from agentscaler.endpoints import LOCAL, serve
+from agentscaler.models import Trajectory
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text
-
-GOLD_AGENT = "gold-replay"
+from tasks.corpus.ingest import ingest
+from tasks.discover.config import DiscoverConfig
+from tasks.discover.discover import discover
+from tasks.environments.synthesize import load_domain_records, synthesize_domain
+from tasks.evaluation.evaluate import evaluate
+from tasks.rollouts.conversation import RolloutConfig
+from tasks.rollouts.engine import run_rollouts
+from tasks.rollouts.gold import gold_replay
+from tasks.scenarios.build import build_scenarios, domain_split
+from tasks.sft.export import export_sft
+from tasks.sft.train import train_stage
+from tasks.verify.verify import verify_run
 
 
 class ClosedLoopConfig(BaseModel):
@@ -70,8 +83,6 @@ class ClosedLoopConfig(BaseModel):
 def choose_domains(records: list[dict[str, Any]], n_train: int, n_heldout: int, max_tools: int
                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Candidate records per split, small domains first (ties by id); callers take what builds."""
-    from tasks.scenarios.build import domain_split
-
     ranked = sorted(records, key=lambda r: (len(r.get("tools", [])) > max_tools, len(r.get("tools", [])),
                                             r["domain"]))
     ranked = [r for r in ranked if len(r.get("tools", [])) >= 2]
@@ -82,13 +93,6 @@ def choose_domains(records: list[dict[str, Any]], n_train: int, n_heldout: int, 
 
 def build_workspace(ws: Workspace, cfg: ClosedLoopConfig) -> dict[str, Any]:
     """Ingest + discover + environments and scenarios for the chosen domains; returns the domain ids."""
-    from agentscaler.catalog import Catalog
-    from agentscaler.toolstore import load_tools
-    from tasks.discover.domains import DiscoverConfig, discover
-    from tasks.corpus.ingest import ingest
-    from tasks.scenarios.build import build_scenarios, load_scenarios
-    from tasks.environments.synthesize import load_domain_records, synthesize_domain
-
     ing = ingest(ws, cfg.corpus)
     disc = discover(ws, cfg=DiscoverConfig(embedding="fast"), draw=False)
     tools = load_tools(ws.tools_path)
@@ -120,68 +124,12 @@ def build_workspace(ws: Workspace, cfg: ClosedLoopConfig) -> dict[str, Any]:
 
 # --- 3. gold replay -------------------------------------------------------------------------------
 
-def gold_trajectory(scenario: Scenario, env: Any, tools: list[dict[str, Any]], system: str, run_id: str,
-                    max_summary_chars: int = 800) -> Trajectory:
-    """A demonstration built from the scenario's gold calls, executed for real in `env` (reset here)."""
-    from tasks.rollouts.engine import trajectory_id
-    from tasks.rollouts.users import STOP
-
-    env.reset()
-    t0 = time.perf_counter()
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system},
-                                      {"role": "user", "content": scenario.intent}]
-    last = ""
-    for i, call in enumerate(scenario.gold_calls):
-        cid = f"call_{i}"
-        messages.append({"role": "assistant", "tool_calls": [{"id": cid, "type": "function", "function": {
-            "name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}]})
-        res = env.call(call.name, call.arguments)
-        last = res.text()
-        messages.append({"role": "tool", "tool_call_id": cid, "name": call.name, "content": last})
-    if len(last) > max_summary_chars:
-        last = last[:max_summary_chars] + " ..."
-    messages.append({"role": "assistant", "content": f"Done. Here is the result: {last}"})
-    messages.append({"role": "user", "content": f"Thank you, that's all I needed. {STOP}"})
-    return Trajectory(id=trajectory_id(run_id, scenario.id, 0), run_id=run_id, scenario_id=scenario.id,
-                      domain=scenario.domain, trial=0, messages=messages, tools=tools,
-                      final_hash=env.state_hash(), final_diff=env.diff(), end_reason="user_stop",
-                      timings={"total_s": round(time.perf_counter() - t0, 6)}, agent_model=GOLD_AGENT,
-                      user_kind="scripted")
-
-
 def gold_replay_run(ws: Workspace, domains: list[str], run_id: str = "gold-replay") -> dict[str, Any]:
-    """Write gold-replayed trajectories of the train-split scenarios of `domains`, then verify the run."""
-    from envs.episode import Environment
-    from envs.spec import DomainSpec
-    from tasks.rollouts.agent import agent_system_prompt
-    from tasks.rollouts.engine import load_trajectories
-    from tasks.scenarios.build import load_scenarios
-    from tasks.verify.verify import verify_run
-
-    trajs: list[Trajectory] = []
-    errors: list[str] = []
-    for d in domains:
-        spec = DomainSpec.load(ws.domain_dir(d))
-        tools = [t.openai_schema() for t in spec.tools]
-        system = agent_system_prompt(spec.name, spec.description)
-        env = Environment.open(ws.domain_dir(d))
-        try:
-            for s in load_scenarios(ws, d):
-                if s.split != "train":
-                    continue
-                try:
-                    trajs.append(gold_trajectory(s, env, tools, system, run_id))
-                except Exception as exc:  # noqa: BLE001 - one scenario, counted
-                    errors.append(f"{d}/{s.id}: {type(exc).__name__}: {exc}"[:300])
-        finally:
-            env.close()
-    path = ws.rollout_dir(run_id) / "trajectories.jsonl"
-    atomic_write_text(path, "".join(t.model_dump_json() + "\n" for t in trajs))
+    """Gold-replayed trajectories of the train-split scenarios of `domains` (tasks.rollouts.gold), verified."""
+    out = gold_replay(ws, domains, run_id)
     verify = verify_run(ws, run_id)
-    verified = load_trajectories(ws, run_id)
-    return {"run_id": run_id, "written": len(trajs), "errors": errors, "funnel": verify.get("funnel"),
-            "passed": sum(1 for t in verified if t.verdict is not None and t.verdict.passed),
-            "failed_reasons": sorted({r for t in verified if t.verdict for r in t.verdict.reasons})}
+    return {**out, "funnel": verify.get("funnel"), "passed": verify.get("passed", 0),
+            "failed_reasons": sorted(r for r, n in (verify.get("reasons") or {}).items() if n)}
 
 
 # --- the loop -------------------------------------------------------------------------------------
@@ -189,8 +137,6 @@ def gold_replay_run(ws: Workspace, domains: list[str], run_id: str = "gold-repla
 def trajectory_stats(ws: Workspace, run_id: str) -> dict[str, Any]:
     """Per run, from the trajectories (so it survives a resumed run): summed conversation and agent-LLM
     time, trials where the agent attempted a tool call (well-formed or not), format errors, executed calls."""
-    from tasks.rollouts.engine import load_trajectories
-
     trajs = load_trajectories(ws, run_id)
 
     def attempted(t: Trajectory) -> bool:
@@ -217,14 +163,6 @@ def _summary(report: dict[str, Any], seconds: float, ws: Workspace | None = None
 
 def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = print) -> dict[str, Any]:
     """Run the five phases and write reports/closed_loop.{json,md}; returns the JSON report."""
-    from agentscaler.hf_server import hf_server
-    from agentscaler.llm_server import local_server
-    from tasks.evaluation.evaluate import evaluate
-    from tasks.rollouts.engine import RolloutConfig, run_rollouts
-    from tasks.sft.train import train_stage
-    from tasks.verify.verify import verify_run
-    from training.export import export_sft
-
     cfg = cfg or ClosedLoopConfig()
     ws.root.mkdir(parents=True, exist_ok=True)
     phases: dict[str, float] = {}
@@ -245,7 +183,8 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
 
     t = time.perf_counter()
     collect_runs: list[str] = []
-    with local_server(n_threads=cfg.torch_threads) as url:
+    with serve(LOCAL, n_threads=cfg.torch_threads) as urls:
+        url = urls[0]
         base = evaluate(ws, url, model=cfg.base_model, **eval_kw)
         phase("baseline_eval", t)
         out["baseline"] = _summary(base, phases["baseline_eval"], ws)
@@ -282,9 +221,9 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
 
     t = time.perf_counter()
     trained_name = f"{cfg.base_model}-closed-loop-sft1"
-    with hf_server(train_res["final_dir"], model_alias=trained_name, threads=cfg.torch_threads,
-                   max_new_tokens=cfg.max_tokens) as url:
-        trained = evaluate(ws, url, model=trained_name, **eval_kw)
+    with serve(LOCAL, checkpoint=train_res["final_dir"], model_alias=trained_name, threads=cfg.torch_threads,
+               max_new_tokens=cfg.max_tokens) as urls:
+        trained = evaluate(ws, urls, model=trained_name, **eval_kw)
     phase("trained_eval", t)
     out["trained"] = _summary(trained, phases["trained_eval"], ws)
     out["heldout_scenarios_same"] = base.get("scenarios") == trained.get("scenarios")

@@ -9,18 +9,19 @@ verified. A re-run with the same parameters resumes (finished trajectories are s
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
 from typing import Any
 
 from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from agentscaler.catalog import Catalog
+from agentscaler.endpoints import is_local, serve
 from agentscaler.errors import transient_only
 from agentscaler.hashing import content_hash
 from agentscaler.workspace import Workspace
 from flows.common import fan_out, publish_markdown, run_record
-from tasks.rollouts.engine import RolloutConfig, run_rollouts, select_scenarios
+from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
+from tasks.rollouts.engine import run_rollouts, select_scenarios
 from tasks.verify.verify import verify_run
 
 STAGE = "rollout"
@@ -59,7 +60,9 @@ def collect_experience_flow(workspace: str, llm: str = "local", model: str = "sm
     """Rollouts + verification for every domain that has scenarios of `split` (or only `domains`)."""
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
-    cfg = RolloutConfig(user=user, max_turns=max_turns, max_steps=max_steps, max_tokens=max_tokens).model_dump()
+    temp = sampling_temperature(trials)
+    cfg = RolloutConfig(user=user, max_turns=max_turns, max_steps=max_steps, max_tokens=max_tokens,
+                        temperature=temp, user_temperature=temp).model_dump()
     prefix = experience_run_id(model, cfg, trials, split, per_domain)
     wanted = [d for d in (domains or ws.domain_ids()) if select_scenarios(ws, split, 1, [d])]
     params = {"llm": llm, "model": model, "user": user, "trials": trials, "split": split, "per_domain": per_domain,
@@ -67,10 +70,8 @@ def collect_experience_flow(workspace: str, llm: str = "local", model: str = "sm
     with run_record(catalog, "collect_experience", params) as summary:
         # llama.cpp's local server has one slot: interleaved conversations would evict each
         # other's prompt cache, so locally domains and conversations go one at a time.
-        local = llm == "local"
-        urls = [u.strip() for u in llm.split(",") if u.strip()]  # several endpoints: URL1,URL2,...
-        server = _local_server() if local else nullcontext(urls if len(urls) > 1 else llm)
-        with server as base_url:
+        local = is_local(llm)
+        with serve(llm) as base_url:
             results, errors = fan_out(experience_task, wanted, key=str, sequential=local, workspace=str(ws.root),
                                       base_url=base_url, prefix=prefix, model=model, trials=trials, split=split,
                                       per_domain=per_domain, cfg=cfg, concurrency=1 if local else concurrency)
@@ -83,12 +84,6 @@ def collect_experience_flow(workspace: str, llm: str = "local", model: str = "sm
                             "verified": summary["verified"]})
         publish_markdown("collect-experience", _markdown(summary, results), "rollouts and verification")
     return summary
-
-
-def _local_server():
-    from agentscaler.llm_server import local_server
-
-    return local_server()
 
 
 def _markdown(summary: dict[str, Any], results: dict[str, Any]) -> str:

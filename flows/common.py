@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from prefect.artifacts import create_markdown_artifact
+
 from agentscaler.catalog import Catalog
 from agentscaler.hashing import content_hash
 
@@ -61,8 +63,6 @@ def fan_out(task: Any, items: list[Any], key: Callable[[Any], str], sequential: 
 def publish_markdown(key: str, markdown: str, description: str = "") -> None:
     """Attach a markdown artifact to the current Prefect run (visible in the UI); no-op outside one."""
     try:
-        from prefect.artifacts import create_markdown_artifact
-
         create_markdown_artifact(key=key, markdown=markdown, description=description)
     except Exception:  # noqa: BLE001 - artifacts are a convenience, never a reason to fail a run
         pass

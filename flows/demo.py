@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentscaler.settings import configure_prefect_env
+from agentscaler.workspace import Workspace
+from flows.pipeline import pipeline_flow
+from tasks.evaluation.report import write_report
 
 DEMO = {
     "sources": ["bfcl", "tau2", "nestful"],
@@ -38,12 +40,6 @@ DEMO = {
 
 
 def run_demo(workspace: Path, **overrides: Any) -> dict[str, Any]:
-    configure_prefect_env()
-    from flows.pipeline import pipeline_flow
-    from tasks.evaluation.report import write_report
-
-    from agentscaler.workspace import Workspace
-
     t0 = time.perf_counter()
     params = {**DEMO, **overrides}
     summary = pipeline_flow(str(workspace), **params)

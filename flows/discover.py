@@ -2,43 +2,62 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import asyncio
 from typing import Any
 
-from prefect import flow
+from prefect import flow, task
 
+from agentscaler.artifacts import load_domains
 from agentscaler.catalog import Catalog
+from agentscaler.endpoints import serve
+from agentscaler.errors import transient_only
 from agentscaler.hashing import content_hash
+from agentscaler.llm import LLMClient
 from agentscaler.workspace import Workspace
 from flows.common import run_record
-from tasks.discover.domains import DiscoverConfig, discover_task
+from tasks.discover.check import LLMDependencyChecker
+from tasks.discover.config import DiscoverConfig
+from tasks.discover.discover import discover
+
+
+# One batch: the whole corpus (community detection needs every tool at once).
+@task(name="discover", retries=1, retry_delay_seconds=1, retry_condition_fn=transient_only, tags=["discover"])
+def discover_task(ws_root: str, config: dict[str, Any] | None = None, force: bool = False,
+                  llm_check: bool = False, llm: str | None = None, model: str = "smollm2-135m") -> dict[str, Any]:
+    ws = Workspace(ws_root)
+    cfg = DiscoverConfig(**(config or {}))
+    if not llm_check:
+        return discover(ws, cfg=cfg, force=force)
+    with serve(llm, log_path=ws.reports_dir / "llm-server.log") as urls:
+        client = LLMClient(urls, model=model, timeout=300, cache_path=ws.cache_dir / "llm.sqlite")
+        try:
+            return discover(ws, cfg=cfg, force=force, checker=LLMDependencyChecker(client))
+        finally:
+            asyncio.run(client.aclose())
 
 
 @flow(name="discover", log_prints=False)
 def discover_flow(workspace: str, embedding: str = "fast", threshold: float | None = None,
                   method: str = "louvain", resolution: float = 1.0, max_size: int = 40,
-                  force: bool = False, **options: Any) -> dict[str, Any]:
+                  force: bool = False, llm_check: bool = False, llm: str | None = None,
+                  model: str = "smollm2-135m", **options: Any) -> dict[str, Any]:
     """Build the tool graph and the domains of the workspace's corpus.
 
+    With llm_check, an LLM (`llm`: URL(s), else AGENTSCALER_LLM_URL, else the local server) checks
+    each domain's dependencies after the rules; its cost is in the summary as "llm_check".
     Every domain is marked `discover=done` in the catalog (artifact = hash of its record); the
     run records counts (tools, domains, kept, dropped, edges by kind)."""
     ws = Workspace(workspace)
     cfg = DiscoverConfig(embedding=embedding, threshold=threshold, method=method, resolution=resolution,
                          max_size=max_size, **options)  # validated here: a typo fails before any work
     catalog = Catalog(ws.catalog_path)
-    with run_record(catalog, "discover", cfg.model_dump()) as summary:
-        summary.update(discover_task(str(ws.root), cfg.model_dump(), force))
-        records = json.loads(ws.domains_path.read_text()) if ws.domains_path.exists() else []
-        for rec in records:
+    params = cfg.model_dump() | ({"llm_check": True, "llm": llm, "model": model} if llm_check else {})
+    with run_record(catalog, "discover", params) as summary:
+        summary.update(discover_task(str(ws.root), cfg.model_dump(), force, llm_check, llm, model))
+        for rec in load_domains(ws):
             catalog.mark(rec["domain"], "discover", "done", artifact=content_hash(rec))
         catalog.set_counts(summary["run_id"], "discover", {
             "tools": summary["tools"], "domains": summary["domains"], "kept_tools": summary["kept_tools"],
             "dropped": summary["dropped"], "edges.similar": summary["edges"]["similar"],
             "edges.dataflow": summary["edges"]["dataflow"]})
     return dict(summary)
-
-
-def run_discover(workspace: Path | str, **kw: Any) -> dict[str, Any]:
-    """Convenience for scripts: run the flow and return its summary."""
-    return discover_flow(str(workspace), **kw)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from prefect import flow
+from prefect import flow, task
 
 from agentscaler.catalog import Catalog
 from agentscaler.workspace import Workspace
 from flows.common import run_record
-from tasks.corpus.ingest import ingest_task
+from tasks.corpus.ingest import ingest
+
+
+@task(name="ingest-corpus", retries=0, tags=["ingest"])
+def ingest_task(workspace: str, sources: list[str], fmt: str = "auto", strict: bool = False,
+                add_returns: bool = False) -> dict[str, Any]:
+    """One batch: the whole ingest (no retries: retrying does not fix bad input)."""
+    return ingest(Workspace(workspace), sources, fmt=fmt, strict=strict, add_returns=add_returns)
 
 
 @flow(name="ingest", log_prints=False)
@@ -33,8 +39,3 @@ def ingest_flow(workspace: str, sources: list[str], fmt: str = "auto", strict: b
             summary["status"] = "failed"
     report["run_id"] = summary["run_id"]
     return report
-
-
-def run_ingest(workspace: Path | str, sources: list[str], **kw: Any) -> dict[str, Any]:
-    """Convenience for scripts: run the flow and return its report."""
-    return ingest_flow(str(workspace), [str(s) for s in sources], **kw)

@@ -10,13 +10,21 @@ from typing import Any
 
 from prefect import flow
 
+from agentscaler.artifacts import load_scenarios
 from agentscaler.catalog import Catalog
+from agentscaler.endpoints import is_local
 from agentscaler.workspace import Workspace
 from flows.build_environments import build_environments_flow
+from flows.closed_loop import gold_replay_run
 from flows.collect_experience import collect_experience_flow
 from flows.common import publish_markdown, run_record
 from flows.discover import discover_flow
+from flows.evaluate import evaluate_flow
 from flows.ingest import ingest_flow
+from flows.train_sft import train_sft_flow
+from tasks.evaluation.report import funnel
+from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
+from tasks.rollouts.engine import select_scenarios
 
 
 @flow(name="pipeline")
@@ -53,29 +61,25 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
                                                         domains=train_domains, max_turns=max_turns,
                                                         max_steps=agent_steps, max_tokens=max_tokens)
         if gold_replay_domains:
-            from flows.closed_loop import gold_replay_run
-
             replay = _domains_with(ws, "train")
             replay = [d for d in replay if not d.startswith("tau2")][:gold_replay_domains] + \
                 [d for d in replay if d.startswith("tau2")]
             summary["gold_replay"] = _brief(gold_replay_run(ws, replay))
         if train:
-            from flows.train_sft import train_sft_flow
-
             summary["train"] = train_sft_flow(str(ws.root), max_steps=max_steps, config_dir=train_config_dir,
                                               model=train_model)
         if evaluate:
-            from flows.evaluate import evaluate_flow
-
             eval_args = dict(k=k, max_scenarios=eval_max_scenarios, max_turns=max_turns, max_steps=agent_steps,
                              max_tokens=max_tokens)
             summary["evaluate"] = _brief(evaluate_flow(str(ws.root), llm=llm, model=model, **eval_args))
             checkpoint = _trained_checkpoint(summary.get("train"))
-            if checkpoint and llm == "local":
+            if checkpoint and is_local(llm):
                 summary["evaluate_trained"] = _brief(evaluate_flow(str(ws.root), llm="local", model="trained",
                                                                    checkpoint=checkpoint, **eval_args))
             summary["closed_loop"] = closed_loop_table(summary)
-        summary["funnel"] = funnel(ws, summary)
+        runs = (summary["experience"].get("run_ids") or []) + ([summary["gold_replay"]["run_id"]]
+                                                              if summary.get("gold_replay") else [])
+        summary["funnel"] = funnel(ws, runs)  # the trajectories of this run's rollouts, never evaluations
         summary["failed"] = {**summary["build"].get("failed", {}), **summary["experience"].get("failed", {})}
         publish_markdown("pipeline-funnel", funnel_markdown(summary["funnel"]), "tools -> ... -> SFT rows")
     return summary
@@ -86,9 +90,6 @@ def add_tau2_verticals(ws: Workspace) -> dict[str, Any]:
 
     tau2's train-split tasks are training scenarios (stage 2, target verticals); its test-split
     tasks are held out for `agentscaler evaluate --tau2`."""
-    from tasks.scenarios.build import load_scenarios
-    from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
-
     out: dict[str, Any] = {}
     for name in DOMAINS:
         d = tau2_domain_dir(ws, name).name
@@ -119,32 +120,12 @@ def closed_loop_table(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _domains_with(ws: Workspace, split: str) -> list[str]:
-    from tasks.rollouts.engine import select_scenarios
-
     return [d for d in ws.domain_ids() if select_scenarios(ws, split, 1, [d])]
 
 
 def _brief(result: dict[str, Any]) -> dict[str, Any]:
     """Drop bulky per-item lists from a stage result kept in the pipeline summary."""
     return {k: v for k, v in result.items() if not isinstance(v, list) or len(v) <= 20}
-
-
-def funnel(ws: Workspace, summary: dict[str, Any]) -> dict[str, int]:
-    """tools -> domains -> environments -> scenarios -> trajectories -> verified -> SFT rows."""
-    import json
-
-    from tasks.scenarios.build import load_scenarios
-
-    domains = json.loads(ws.domains_path.read_text()) if ws.domains_path.exists() else []
-    sft = 0
-    for stage_report in ws.sft_dir.glob("stage*/report.json"):
-        sft += sum((json.loads(stage_report.read_text()).get("rows") or {}).values())
-    exp = summary.get("experience") or {}
-    gold = summary.get("gold_replay") or {}
-    return {"tools": int((summary.get("ingest") or {}).get("total", 0)), "domains": len(domains),
-            "environments": len(ws.domain_ids()), "scenarios": len(load_scenarios(ws)),
-            "trajectories": int(exp.get("trajectories", 0)) + int(gold.get("written", 0)),
-            "verified": int(exp.get("verified", 0)) + int(gold.get("passed", 0)), "sft_rows": sft}
 
 
 def funnel_markdown(f: dict[str, int]) -> str:

@@ -13,6 +13,8 @@ from prefect import flow
 
 from agentscaler.catalog import Catalog
 from agentscaler.workspace import Workspace
+from flows.build_environments import build_environments_flow
+from flows.collect_experience import collect_experience_flow
 
 BUILD_STAGES = ("synthesize", "scenarios")
 EXPERIENCE_STAGES = ("rollout",)
@@ -31,14 +33,10 @@ def retry_failed_flow(workspace: str, synth: str = "rules", seed: int = 0, per_d
     out: dict[str, Any] = {"build": None, "experience": None}
     build = failed_domains(catalog, BUILD_STAGES)
     if build:
-        from flows.build_environments import build_environments_flow
-
         out["build"] = build_environments_flow(str(ws.root), synth=synth, seed=seed, per_domain=per_domain,
                                                max_length=max_length, domains=build)
     rollout = failed_domains(catalog, EXPERIENCE_STAGES)
     if rollout:
-        from flows.collect_experience import collect_experience_flow
-
         out["experience"] = collect_experience_flow(str(ws.root), domains=rollout, **(experience or {}))
     out["retried"] = {"build": build, "rollout": rollout}
     return out

@@ -10,15 +10,30 @@ import json
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
+from prefect import flow, get_run_logger, task
 
 from agentscaler.catalog import Catalog
+from agentscaler.errors import transient_only
 from agentscaler.hashing import content_hash
 from agentscaler.workspace import Workspace, atomic_write_json
 from flows.common import publish_markdown, run_record
-from tasks.sft.export import export_task
-from tasks.sft.train import train_task
-from training.config import default_config_path, load_config
+from tasks.sft.export import export_sft
+from tasks.sft.train import train_stage
+from training.config import CONFIG_DIR, default_config_path, load_config
+
+
+# One task run = the whole export (one pass over the rollouts).
+@task(name="export-sft", retries=1, retry_delay_seconds=1, retry_condition_fn=transient_only, tags=["export"])
+def export_task(ws_root: str, stages: tuple[int, ...] = (1, 2), **options: Any) -> dict[str, Any]:
+    return export_sft(Workspace(ws_root), stages=tuple(stages), **options)
+
+
+# No retries: a failed training run is not transient (and is expensive); the flow decides.
+@task(name="train-sft", retries=0, tags=["train"])
+def train_task(ws_root: str, stage: int, **options: Any) -> dict[str, Any]:
+    """One SFT stage in a subprocess; its log lines go to the Prefect run's log."""
+    options.setdefault("on_line", get_run_logger().info)
+    return train_stage(Workspace(ws_root), stage, **options)
 
 
 @flow(name="train-sft")
@@ -85,8 +100,6 @@ def _config_path(config_dir: str | None, stage: int) -> Path | None:
     """A folder path, or a name under training/configs/ (e.g. "cpu-demo"); None = the default config."""
     if not config_dir:
         return None
-    from training.config import CONFIG_DIR
-
     folder = Path(config_dir) if Path(config_dir).is_dir() else CONFIG_DIR / config_dir
     return folder / f"stage{stage}.yaml"
 

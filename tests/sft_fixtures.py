@@ -92,7 +92,7 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory, tokenizer):
     """A workspace with the fixture rollouts exported (max_length 1024)."""
-    from training.export import export_sft
+    from tasks.sft.export import export_sft
 
     ws = Workspace(tmp_path_factory.mktemp("ws"))
     expected = write_rollouts(ws)

@@ -22,6 +22,8 @@ from agentscaler.hashing import content_hash
 from agentscaler.workspace import atomic_write_json
 from training.chat_template import apply_template
 from training.config import StageConfig, load_config
+from training.gguf_convert import convert_smollm2, load_tokenizer
+from training.tiny import build_tiny_model
 
 TRAIN_COLUMNS = ["messages", "tools"]
 
@@ -29,9 +31,6 @@ TRAIN_COLUMNS = ["messages", "tools"]
 def load_model_and_tokenizer(cfg: StageConfig, ws_root: Path) -> tuple[Any, Any, str]:
     """(model, tokenizer, description of where the weights came from)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from training.gguf_convert import convert_smollm2, load_tokenizer
-    from training.tiny import build_tiny_model
 
     if cfg.model == "tiny":
         tok = load_tokenizer()

@@ -18,6 +18,8 @@ from typing import Any
 from agentscaler.hashing import content_hash
 from agentscaler.models import GoldCall, Scenario
 from agentscaler.workspace import atomic_write_jsonl
+from envs.episode import Environment
+from envs.sandbox import unsafe_from_env
 from envs.spec import DomainSpec
 from envs.tau2.source import data_dir
 
@@ -37,9 +39,6 @@ def _intent(us: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 def tau2_scenarios(name: str, domain_dir: Path, limit: int | None = None, with_diff: bool = True,
                    write: bool = True) -> tuple[list[Scenario], dict[str, Any]]:
     """Convert tau2's tasks for domain `name` (built in domain_dir); writes scenarios.jsonl."""
-    from envs.episode import Environment
-    from envs.sandbox import unsafe_from_env
-
     domain_dir = Path(domain_dir)
     spec = DomainSpec.load(domain_dir)
     kinds = {t.name: t.kind for t in spec.tools}

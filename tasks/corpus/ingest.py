@@ -1,8 +1,8 @@
 """Corpus ingestion: files in any supported format -> one filtered, deduplicated tool corpus.
 
-`ingest(ws, sources, fmt, strict)` is the plain function (tests call it without Prefect);
-`ingest_task` is its thin Prefect wrapper. Steps: expand sources (files, folders, corpus names),
-load each file (tasks.corpus.loaders), normalize and filter each tool with a counted reason, give every
+`ingest(ws, sources, fmt, strict)` is the stage (flows/ingest.py runs it as one Prefect task).
+Steps: expand sources (files, folders, corpus names: tasks.corpus.sources), load each file
+(tasks.corpus.loaders), normalize and filter each tool with a counted reason, give every
 tool a unique function-safe name, collapse duplicates, merge with the corpus already in the
 workspace, and write corpus/tools.parquet and corpus/report.json atomically.
 """
@@ -22,7 +22,7 @@ import orjson
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
 from agentscaler.schemas import SchemaChecker
-from agentscaler.toolstore import load_tools, save_tools
+from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.workspace import Workspace, atomic_write_json
 from tasks.corpus.common import MAX_DEPTH, LoadIssue, RawTool
 from tasks.corpus.loaders import FORMATS, load_file
@@ -326,30 +326,6 @@ def ingest(ws: Workspace, sources: Iterable[str | Path], fmt: str = "auto", stri
     return report
 
 
-# ---------------------------------------------------------------------------------------------
-# Prefect
-# ---------------------------------------------------------------------------------------------
-
-def _make_task() -> Any:
-    from prefect import task
-
-    @task(name="ingest-corpus", retries=0, tags=["ingest"])
-    def ingest_task(workspace: str, sources: list[str], fmt: str = "auto", strict: bool = False,
-                    add_returns: bool = False) -> dict[str, Any]:
-        """One batch: the whole ingest (no retries: retrying does not fix bad input)."""
-        return ingest(Workspace(workspace), sources, fmt=fmt, strict=strict, add_returns=add_returns)
-
-    return ingest_task
-
-
-def __getattr__(name: str) -> Any:
-    """`ingest_task` is built on first use, so the plain function and the CLI skip Prefect's ~2 s import."""
-    if name == "ingest_task":
-        globals()["ingest_task"] = _make_task()
-        return globals()["ingest_task"]
-    raise AttributeError(name)
-
-
 def format_report(report: dict[str, Any]) -> str:
     """A short human summary for the CLI."""
     lines = [f"accepted {report['accepted']} tools ({report.get('new', 0)} new, corpus total {report.get('total', 0)})"]
@@ -362,5 +338,4 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ingest", "build_corpus", "check_tool", "normalize_name", "infer_returns", "expand_sources",
-           "format_report", "IngestError", "ingest_task"]
+__all__ = ["ingest", "build_corpus", "check_tool", "normalize_name", "infer_returns", "format_report", "IngestError"]

@@ -1,10 +1,9 @@
 """Domains: communities of the tool graph, split when too big, tiny ones attached, then checked.
 
-Pipeline (`discover`): tools -> vectors (tasks.discover.embed) -> graph (tasks.discover.graph) -> Louvain/Leiden on
-the undirected weighted view -> recursive split of communities above max_size -> communities
-below min_size attached to the nearest domain (centroid cosine) or grouped with each other ->
-rule-based dependency check (confirm edges, drop tools with no confirmed edge that sit far from
-their domain) -> graph/domains.json, graph/report.json, reports/domains.png.
+Louvain/Leiden (igraph) on the undirected weighted view of the graph -> recursive split of
+communities above max_size -> communities below min_size attached to the nearest domain
+(centroid cosine) or grouped with each other -> the dependency check of each domain
+(tasks.discover.check) -> records for graph/domains.json and the report.
 
 Domain id = "d" + content_hash(sorted member tool ids)[:12]: the same members give the same id.
 Edges in domains.json are directed: a dataflow edge once (producer -> consumer), a similar edge
@@ -14,66 +13,25 @@ both ways (it has no direction), so a walker that follows `src -> dst` sees ever
 from __future__ import annotations
 
 import random
-import time
 from collections import Counter
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+import igraph as ig
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
-from agentscaler.naming import snake
-from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
-
-from tasks.discover.embed import embed_tools
-from tasks.discover.graph import GENERIC_KEYS, build_graph, input_keys, output_keys, save_graph, undirected_weights
-
-# Cosine scales differ per embedding; tuned on tests/data/labelled_tools.json (see README / report).
-EMBED_DEFAULTS: dict[str, dict[str, float]] = {
-    "minilm": {"threshold": 0.45, "flow_min_sim": 0.30, "attach_min_sim": 0.30, "group_min_sim": 0.30, "drop_min_sim": 0.15},
-    "fast": {"threshold": 0.60, "flow_min_sim": 0.50, "attach_min_sim": 0.40, "group_min_sim": 0.40, "drop_min_sim": 0.30},
-}
-
-
-class DiscoverConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    embedding: Literal["minilm", "fast"] = "fast"
-    threshold: float | None = None  # similar-edge cosine; None = the embedding's default
-    top_k: int = 15  # similar edges kept per tool
-    method: Literal["louvain", "leiden"] = "louvain"
-    resolution: float = 1.0
-    max_size: int = 40  # bigger communities are split recursively
-    min_size: int = 3  # smaller ones are attached to the nearest domain or grouped
-    param_weight: float = 0.5  # share of the parameter vectors in a tool vector (rest: description)
-    flow_min_sim: float | None = None
-    flow_bonus: float = 0.5  # weight a dataflow edge adds to its pair for community detection
-    attach_min_sim: float | None = None
-    group_min_sim: float | None = None  # leftovers group with each other only above this cosine
-    drop_min_sim: float | None = None
-    seed: int = 0
-
-    def resolved(self) -> "DiscoverConfig":
-        d = EMBED_DEFAULTS[self.embedding]
-        return self.model_copy(update={k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in d.items()})
-
+from tasks.discover.check import dependency_check
+from tasks.discover.config import DiscoverConfig
+from tasks.discover.graph import undirected_weights, unit
 
 def domain_id(tool_ids: list[str]) -> str:
     return "d" + content_hash(sorted(tool_ids))[:12]
 
 
-def _unit(v: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(v, axis=-1, keepdims=True)
-    return np.divide(v, n, out=np.zeros_like(v), where=n > 0)
-
-
 def communities(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, method: str = "louvain",
                 resolution: float = 1.0, seed: int = 0) -> list[int]:
     """Membership list for an undirected weighted graph; isolated vertices are their own community."""
-    import igraph as ig
-
     if n == 0:
         return []
     g = ig.Graph(n=n, edges=list(zip(src.tolist(), dst.tolist())), directed=False)
@@ -166,7 +124,7 @@ def merge_tiny(groups: list[np.ndarray], vecs: np.ndarray, cfg: DiscoverConfig) 
     grouped = 0
     if len(left) > 1:
         # nearest-neighbour graph among leftovers (no threshold), then the same community method
-        lc = _unit(np.stack([vecs[g].mean(axis=0) for g in left]))
+        lc = unit(np.stack([vecs[g].mean(axis=0) for g in left]))
         sims = lc @ lc.T
         np.fill_diagonal(sims, -np.inf)
         k = min(2, len(left) - 1)
@@ -194,63 +152,11 @@ def _nearest_member_sims(tiny: list[np.ndarray], big: list[np.ndarray], vecs: np
     """(tiny, big) matrix: cosine of each tiny group's centroid to the nearest tool of each big group."""
     order = np.concatenate(big)
     starts = np.cumsum([0] + [len(g) for g in big[:-1]])
-    tc = _unit(np.stack([vecs[g].mean(axis=0) for g in tiny]))
+    tc = unit(np.stack([vecs[g].mean(axis=0) for g in tiny]))
     out = np.empty((len(tiny), len(big)), np.float32)
     for s in range(0, len(tiny), block):
         out[s:s + block] = np.maximum.reduceat(tc[s:s + block] @ vecs[order].T, starts, axis=1)
     return out
-
-
-def dependency_check(members: np.ndarray, tools: list[Tool], vecs: np.ndarray, edges: list[tuple[int, int, str, float, str]],
-                     cfg: DiscoverConfig) -> tuple[list[int], list[dict], list[dict]]:
-    """Rule-based check of one domain. Returns (kept members, edge decisions, dropped tools with reasons).
-
-    An edge is a confirmed dependency when it is dataflow (an output key feeds a required input),
-    or similar with a shared parameter/output key, or similar with cosine >= threshold + 0.1.
-    A tool with no confirmed edge is dropped when its cosine to the rest of the domain is below
-    drop_min_sim (it landed here by proximity, not by dependency).
-    """
-    keys = {int(i): input_keys(tools[i]) | output_keys(tools[i]) | _param_keys(tools[i]) for i in members}
-    decisions, confirmed_nodes = [], set()
-    for a, b, kind, w, key in edges:
-        if kind == "dataflow":
-            ok, why = True, f"output '{key}' of {tools[a].name} feeds required input of {tools[b].name}"
-        else:
-            shared = sorted(keys[a] & keys[b])
-            if shared:
-                ok, why = True, f"similar parameters sharing {', '.join(shared[:3])} (cos {w:.2f})"
-            elif w >= cfg.threshold + 0.1:
-                ok, why = True, f"strongly similar (cos {w:.2f})"
-            else:
-                ok, why = False, f"weakly similar, no shared key (cos {w:.2f})"
-        decisions.append({"src": tools[a].name, "dst": tools[b].name, "kind": kind, "weight": round(float(w), 4),
-                          "confirmed": ok, "reason": why})
-        if ok:
-            confirmed_nodes.update((a, b))
-    kept, dropped = [], []
-    if len(members) < 3:
-        return [int(m) for m in members], decisions, dropped
-    total = vecs[members].sum(axis=0)
-    for m in members:
-        m = int(m)
-        if m in confirmed_nodes:
-            kept.append(m)
-            continue
-        rest = _unit(total - vecs[m])
-        sim = float(vecs[m] @ rest)
-        if sim < cfg.drop_min_sim:
-            dropped.append({"name": tools[m].name, "tool": tools[m].id,
-                            "reason": f"no confirmed dependency and cos {sim:.2f} to the domain < {cfg.drop_min_sim}"})
-        else:
-            kept.append(m)
-    if not kept:  # never empty a domain by the check alone
-        return [int(m) for m in members], decisions, []
-    return kept, decisions, dropped
-
-
-def _param_keys(tool: Tool) -> set[str]:
-    props = tool.parameters.get("properties") if isinstance(tool.parameters, dict) else None
-    return {k for k in (snake(p) for p in (props or {})) if k and k not in GENERIC_KEYS}
 
 
 def find_domains(tools: list[Tool], vecs: np.ndarray, g, cfg: DiscoverConfig,
@@ -259,7 +165,7 @@ def find_domains(tools: list[Tool], vecs: np.ndarray, g, cfg: DiscoverConfig,
 
     checker: optional second check after the rule-based one, called as
     checker(members, tools, decisions, kept, dropped) -> (kept, decisions, dropped), decisions in
-    the same order (tasks.discover.llm_check.LLMDependencyChecker: the LLM check)."""
+    the same order (tasks.discover.check.LLMDependencyChecker: the LLM check)."""
     cfg = cfg.resolved()
     n = len(tools)
     if n == 0:
@@ -329,8 +235,6 @@ def find_domains(tools: list[Tool], vecs: np.ndarray, g, cfg: DiscoverConfig,
 
 
 def _modularity(n: int, src, dst, w, membership: np.ndarray) -> float | None:
-    import igraph as ig
-
     keep = (membership[src] >= 0) & (membership[dst] >= 0) if len(src) else np.zeros(0, bool)
     if not keep.any():
         return None
@@ -365,126 +269,3 @@ def score_partition(records: list[dict], labels: dict[str, str]) -> dict[str, An
     return {"purity": round(maj / total, 4), "completeness_min": round(min(comp.values()), 4),
             "completeness_mean": round(sum(comp.values()) / len(comp), 4), "completeness": comp,
             "n_domains": len(records)}
-
-
-def draw_domains(records: list[dict], g, tools: list[Tool], path: Path, max_domains: int = 150) -> Path:
-    """PNG of the domain graph: one node per domain (area ~ tools), edges = cross-domain links."""
-    import igraph as ig
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import io
-
-    import matplotlib.pyplot as plt
-
-    top = records[:max_domains]
-    where = {}
-    for ci, r in enumerate(top):
-        for tid in r["tools"]:
-            where[tid] = ci
-    ids = g.vs["tool_id"] if g.vcount() else []
-    links: Counter = Counter()
-    for a, b in g.get_edgelist():
-        ca, cb = where.get(ids[a]), where.get(ids[b])
-        if ca is not None and cb is not None and ca != cb:
-            links[(min(ca, cb), max(ca, cb))] += 1
-    dg = ig.Graph(n=len(top), edges=list(links), directed=False)
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(14, 7), gridspec_kw={"width_ratios": [3, 1]})
-    if len(top):
-        random.seed(0)
-        coords = np.asarray(dg.layout_fruchterman_reingold(seed=None) if dg.ecount() else dg.layout_circle().coords)
-        coords = np.asarray(coords, float).reshape(len(top), 2)
-        for (a, b), c in links.items():
-            ax.plot(coords[[a, b], 0], coords[[a, b], 1], color="0.7", lw=min(0.3 + 0.2 * c, 3), zorder=1)
-        sizes = np.asarray([len(r["tools"]) for r in top])
-        ax.scatter(coords[:, 0], coords[:, 1], s=20 + 15 * sizes, c=np.arange(len(top)), cmap="tab20", zorder=2,
-                   edgecolors="k", linewidths=0.5)
-        for ci, r in enumerate(top[:30]):
-            ax.annotate(f"{r['names'][0][:18]} (+{len(r['names']) - 1})", coords[ci], fontsize=7, zorder=3)
-    ax.set_title(f"{len(records)} domains ({len(top)} largest shown): node area ~ tools, edges = cross-domain links")
-    ax.axis("off")
-    hist = Counter(len(r["tools"]) for r in records)
-    ax2.bar(list(hist), list(hist.values()))
-    ax2.set_xlabel("tools per domain")
-    ax2.set_ylabel("domains")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return atomic_write_bytes(Path(path), buf.getvalue())
-
-
-def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig | None = None,
-             force: bool = False, draw: bool = True, checker: Any = None) -> dict[str, Any]:
-    """The whole stage on plain functions: tools (default corpus/tools.parquet) -> graph/domains.json.
-
-    Skips the work when graph/report.json already records the same tools and config (unless force).
-    """
-    cfg = (cfg or DiscoverConfig()).resolved()
-    t0 = time.perf_counter()
-    if tools is None:
-        if not ws.tools_path.exists():
-            raise FileNotFoundError(f"no tool corpus at {ws.tools_path}: run the ingest stage first")
-        from agentscaler.toolstore import load_tools
-
-        tools = load_tools(ws.tools_path)
-    tools = [t if t.id else t.with_id() for t in tools]
-    key: dict[str, Any] = {"tools": sorted(t.id for t in tools), "config": cfg.model_dump()}
-    if checker is not None:  # a second (LLM) check gives other domains: never reuse a rules-only run
-        key["checker"] = type(checker).__name__
-    input_hash = content_hash(key)
-    report_path = ws.graph_dir / "report.json"
-    if not force and ws.domains_path.exists() and report_path.exists():
-        import json
-
-        old = json.loads(report_path.read_text())
-        if old.get("input_hash") == input_hash:
-            return {**old["summary"], "skipped": True}
-    timings = {}
-    t = time.perf_counter()
-    vecs, estats = embed_tools(tools, cfg.embedding, ws.cache_dir, cfg.param_weight)
-    timings["embed_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    g = build_graph(tools, vecs, cfg.threshold, cfg.top_k, cfg.flow_min_sim)
-    gstats = save_graph(g, ws.graph_dir)
-    timings["graph_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    records, dreport = find_domains(tools, vecs, g, cfg, checker=checker)
-    if checker is not None and hasattr(checker, "stats"):
-        dreport["second_check"] = {"checker": type(checker).__name__, **checker.stats}
-    timings["domains_s"] = time.perf_counter() - t
-    atomic_write_json(ws.domains_path, records)
-    t = time.perf_counter()
-    if draw:
-        png = draw_domains(records, g, tools, ws.reports_dir / "domains.png")
-        atomic_write_bytes(ws.graph_dir / "domains.png", png.read_bytes())
-    timings["draw_s"] = time.perf_counter() - t
-    timings["total_s"] = time.perf_counter() - t0
-    timings = {k: round(v, 3) for k, v in timings.items()}
-    summary = {"tools": len(tools), "domains": len(records), "kept_tools": sum(len(r["tools"]) for r in records),
-               "dropped": dreport["dropped"], "modularity": dreport["modularity"],
-               "edges": gstats, "embedding": estats, "timings": timings, "skipped": False}
-    atomic_write_json(report_path, {"input_hash": input_hash, "config": cfg.model_dump(), "summary": summary, **dreport})
-    return summary
-
-
-# --- Prefect ----------------------------------------------------------------------------------
-
-def _task_fn(ws_root: str, config: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
-    return discover(Workspace(ws_root), cfg=DiscoverConfig(**(config or {})), force=force)
-
-
-def _make_task():
-    from prefect import task
-
-    from agentscaler.errors import transient_only
-
-    # one batch: the whole corpus (community detection needs every tool at once)
-    return task(name="discover", retries=1, retry_delay_seconds=1, retry_condition_fn=transient_only,
-                tags=["discover"])(_task_fn)
-
-
-try:
-    discover_task = _make_task()
-except ImportError:  # pragma: no cover - prefect is a hard dependency, but plain use must not need it
-    discover_task = None

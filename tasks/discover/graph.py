@@ -29,6 +29,12 @@ details description title format mode option options flag enabled date time star
 payload body request response args kwargs params parameters filter filters sort order path url""".split())
 
 
+def unit(v: np.ndarray) -> np.ndarray:
+    """Rows scaled to length 1 (zero rows stay zero)."""
+    n = np.linalg.norm(v, axis=-1, keepdims=True)
+    return np.divide(v, n, out=np.zeros_like(v), where=n > 0)
+
+
 def input_keys(tool: Tool) -> set[str]:
     """Required inputs (all inputs when the schema lists none as required), normalized."""
     params = tool.parameters if isinstance(tool.parameters, dict) else {}

@@ -4,8 +4,8 @@
 presence means "environment finished"). The files are first built and validated in a staging
 folder under <ws>/cache/synth/ (the Environment runs them in the sandbox from there), then moved
 into place. An identical environment (same content hash) already on disk is not rewritten.
-`synthesize_task` is the thin Prefect wrapper: one task run = one domain, retried only for
-transient failures (a broken domain fails the same way every time).
+flows/build_environments.py runs it as one Prefect task per domain, retried only for transient
+failures (a broken domain fails the same way every time).
 """
 
 from __future__ import annotations
@@ -16,18 +16,19 @@ import shutil
 import time
 from typing import Any, Callable
 
+from agentscaler.artifacts import load_domains, load_tools
 from agentscaler.catalog import Catalog
-from agentscaler.errors import DeterministicError
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text
 from envs.spec import DomainSpec
+from envs.store import build_seed
+from tasks.environments.llm import synthesize_llm
+from tasks.environments.rules import synthesize_rules
+from tasks.environments.synthesis import SynthesisError
+from tasks.environments.validate import validate_environment
 
 STAGE = "synthesize"
-
-
-class SynthesisError(DeterministicError):
-    """The domain cannot be synthesized (bad record, no tools, nothing executes)."""
 
 
 def domain_tools(record: dict[str, Any], tools: list[Tool]) -> list[Tool]:
@@ -43,15 +44,9 @@ def domain_tools(record: dict[str, Any], tools: list[Tool]) -> list[Tool]:
 def _synthesize(domain_id: str, members: list[Tool], record: dict[str, Any], synth: str, seed: int,
                 unsafe: bool = False, options: dict[str, Any] | None = None):
     if synth == "rules":
-        from tasks.environments.rules import synthesize_rules
-
         return synthesize_rules(domain_id, members, name=str(record.get("name") or ""),
                                 given_edges=record.get("edges"), seed=seed)
     if synth == "llm":
-        try:
-            from tasks.environments.llm import synthesize_llm  # type: ignore[import-not-found]
-        except ImportError as exc:
-            raise SynthesisError("the LLM synthesizer (tasks/environments/llm.py) is not available yet") from exc
         return synthesize_llm(domain_id, members, record=record, seed=seed, unsafe=unsafe, **(options or {}))
     raise SynthesisError(f"unknown synthesizer {synth!r} (rules | llm)")
 
@@ -84,8 +79,6 @@ def synthesize_domain(ws: Workspace, domain_record: dict[str, Any], tools: list[
 
 def _build(ws: Workspace, domain_id: str, record: dict[str, Any], tools: list[Tool], synth: str, seed: int,
            validate: bool, unsafe: bool, synth_options: dict[str, Any] | None = None) -> DomainSpec:
-    from envs.store import build_seed
-
     members = domain_tools(record, tools)
     if not members:
         raise SynthesisError(f"domain {domain_id}: none of its tools are in the corpus")
@@ -117,8 +110,6 @@ def _build(ws: Workspace, domain_id: str, record: dict[str, Any], tools: list[To
                        "writes": sum(t.kind == "write" for t in spec.tools)})
         atomic_write_json(stage / "spec.json", json.loads(spec.model_dump_json()))
         if validate:
-            from tasks.environments.validate import validate_environment
-
             v = validate_environment(stage, spec, seed=seed, unsafe=unsafe)
             report["validation"] = v
             report.update({k: v[k] for k in ("executes", "tools_total", "execute_rate", "failures")})
@@ -144,20 +135,18 @@ def _first_error(v: dict[str, Any]) -> str:
 
 
 def load_domain_records(ws: Workspace) -> list[dict[str, Any]]:
-    path = ws.domains_path
-    if not path.exists():
-        raise SynthesisError(f"{path} not found: run `agentscaler discover` first")
-    data = json.loads(path.read_text("utf-8"))
-    if not isinstance(data, list):
-        raise SynthesisError(f"{path}: expected a JSON list of domain records")
-    return data
+    """The discovered domains (graph/domains.json); a clear error before discovery."""
+    if not ws.domains_path.exists():
+        raise SynthesisError(f"{ws.domains_path} not found: run `agentscaler discover` first")
+    try:
+        return load_domains(ws)
+    except ValueError as exc:
+        raise SynthesisError(str(exc)) from None
 
 
 def synthesize_all(ws: Workspace, synth: str = "rules", seed: int = 0, validate: bool = True, unsafe: bool = False,
                    limit: int | None = None, progress: Callable[[str, str], None] | None = None) -> dict[str, Any]:
     """Every domain of graph/domains.json, one after another; a failed domain never stops the rest."""
-    from agentscaler.toolstore import load_tools
-
     records = load_domain_records(ws)[:limit]
     tools = load_tools(ws.tools_path)
     catalog = Catalog(ws.catalog_path)
@@ -194,27 +183,3 @@ def synthesize_all(ws: Workspace, synth: str = "rules", seed: int = 0, validate:
     n = out["tools_total"]
     out["execute_rate"] = round(out["tools_execute"] / n, 4) if n else 0.0
     return out
-
-
-def _task_fn(ws_root: str, domain_record: dict[str, Any], synth: str = "rules", seed: int = 0,
-             unsafe: bool = False) -> dict[str, Any]:
-    from agentscaler.toolstore import load_tools
-
-    ws = Workspace(ws_root)
-    spec = synthesize_domain(ws, domain_record, load_tools(ws.tools_path), synth=synth, seed=seed, unsafe=unsafe)
-    return {"domain": spec.id, "executes": spec.report.get("executes"), "tools": len(spec.tools)}
-
-
-def _make_task() -> Callable[..., Any]:
-    from prefect import task
-
-    from agentscaler.errors import transient_only
-
-    return task(name="synthesize", retries=2, retry_delay_seconds=1, retry_condition_fn=transient_only,
-                tags=["synthesize"])(_task_fn)
-
-
-try:  # a thin wrapper: one Prefect task run = one domain
-    synthesize_task = _make_task()
-except ImportError:  # pragma: no cover
-    synthesize_task = None

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agentscaler.errors import TransientError
+from envs.episode import Environment
 from envs.spec import DomainSpec, ToolSpec
 from agentscaler.schemas import is_valid
 from tasks.scenarios.arguments import sample_arguments
@@ -28,7 +29,7 @@ REASONS = ("syntax", "missing_function", "signature", "load", "tool_error", "no_
 
 
 # --- static checks (parse only, never execute) ----------------------------------------------------
-def _functions(code: str) -> dict[str, ast.FunctionDef]:
+def functions(code: str) -> dict[str, ast.FunctionDef]:
     """Top-level functions by the name the worker will find them under (def name, or a
     `globals()["odd-name"] = fn` alias for tool names that are not Python identifiers)."""
     tree = ast.parse(code)
@@ -117,7 +118,7 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
 
     code = (domain_dir / spec.code_path).read_text("utf-8")
     try:
-        fns = _functions(code)
+        fns = functions(code)
     except SyntaxError as exc:
         return fail_all("syntax", f"tools.py line {exc.lineno}: {exc.msg}")
     for t in spec.tools:
@@ -136,8 +137,6 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
         rows = seed_view(spec, domain_dir / spec.seed_path)
     except sqlite3.Error as exc:
         return fail_all("environment", f"seed database unreadable: {exc}")
-
-    from envs.episode import Environment
 
     try:
         env = Environment.open(domain_dir, unsafe=unsafe)

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from agentscaler.corpora import fetch
+from agentscaler.llm import LLMClient, LLMError, LLMFormatError
+from agentscaler.workspace import Workspace, atomic_write_json
 
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "live_simple", "live_multiple",
               "live_parallel", "live_parallel_multiple", "irrelevance", "live_irrelevance", "live_relevance")
@@ -362,8 +364,6 @@ def score_items(items: list[dict[str, Any]], outputs: dict[str, list[dict[str, A
 
 
 async def _ask_all(client: Any, items: list[dict[str, Any]], max_tokens: int, tool_choice: str | None) -> dict[str, Any]:
-    from agentscaler.llm import LLMError, LLMFormatError
-
     async def one(it: dict[str, Any]) -> tuple[str, Any]:
         try:
             reply = await client.chat(it["messages"], tools=openai_tools(it["functions"]), temperature=0.0,
@@ -400,3 +400,21 @@ def run_bfcl(client: Any, category: str, limit: int | None = None, root: Path | 
              max_tokens: int = 256, tool_choice: str | None = None) -> dict[str, Any]:
     """run_bfcl_async for synchronous callers."""
     return asyncio.run(run_bfcl_async(client, category, limit, root, max_tokens, tool_choice))
+
+
+def bfcl_eval(ws: Workspace, base_url: str | list[str], category: str, model: str = "smollm2-135m",
+              limit: int | None = None, tool_choice: str = "auto") -> tuple[dict[str, Any], Path]:
+    """Score a model on a BFCL category and write reports/bfcl-<category>-<model>-<tool choice>.json.
+
+    tool_choice: "auto" (BFCL's setting) or "required". Returns (report, its path). Raises
+    ValueError for an unknown category."""
+
+    async def go() -> dict[str, Any]:
+        async with LLMClient(base_url, model=model, timeout=120, cache_path=ws.cache_dir / "llm.sqlite") as client:
+            return await run_bfcl_async(client, category, limit=limit,
+                                        tool_choice=None if tool_choice == "auto" else tool_choice)
+
+    rep = asyncio.run(go())
+    path = ws.reports_dir / f"bfcl-{rep['category']}-{model.replace('/', '_')}-{tool_choice}.json"
+    atomic_write_json(path, rep)
+    return rep, path

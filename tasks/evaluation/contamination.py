@@ -10,12 +10,13 @@ normalized call text is identical. References:
 - BFCL: the first-turn user request of every item of the Python single-turn categories, and its
   ground-truth calls (first allowed value of each parameter).
 
-Flags go to `<ws>/reports/contamination.json`; `contaminated_ids(ws)` is what the export step
-calls to keep flagged scenarios out of training (an empty set when no check was run).
+Flags go to `<ws>/reports/contamination.json`; `agentscaler.artifacts.contaminated_ids(ws)` is what the
+export step calls to keep flagged scenarios out of training (an empty set when no check was run).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from pathlib import Path
@@ -23,8 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from agentscaler.artifacts import CONTAMINATION, load_scenarios
+from agentscaler.hashing import content_hash
 from agentscaler.models import Scenario
-from agentscaler.workspace import Workspace, atomic_write_json
+from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
+from envs.tau2.source import ensure_tau2
+from tasks.discover.embed import get_embedder
+from tasks.evaluation.bfcl import load_category
 
 INTENT_THRESHOLD = 0.92
 CALLS_THRESHOLD = 0.8
@@ -34,7 +40,7 @@ BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple",
 
 
 def contamination_path(ws: Workspace) -> Path:
-    return ws.reports_dir / "contamination.json"
+    return ws.reports_dir / CONTAMINATION
 
 
 def _value_text(v: Any) -> str:
@@ -66,8 +72,6 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 # ----------------------------------------------------------------------------- references
 def tau2_references() -> list[dict[str, Any]]:
-    from envs.tau2.source import ensure_tau2
-
     out = []
     base = ensure_tau2() / "tau2" / "data" / "tau2" / "domains"
     for tasks_file in sorted(base.glob("*/tasks.json")):
@@ -88,8 +92,6 @@ def tau2_references() -> list[dict[str, Any]]:
 
 
 def bfcl_references(categories: tuple[str, ...] = BFCL_CATEGORIES, root: Path | None = None) -> list[dict[str, Any]]:
-    from tasks.evaluation.bfcl import load_category
-
     def first(v: Any) -> Any:
         if isinstance(v, list):
             v = next((x for x in v if x != ""), "")
@@ -121,8 +123,6 @@ def _max_sim(queries: np.ndarray, refs: np.ndarray, chunk: int = 2048) -> tuple[
 
 def _embed_cached(texts: list[str], embedding: str, cache_dir: Path | None) -> np.ndarray:
     """Embeddings of the (fixed) reference texts, cached as .npy by content hash: tokenizing 3M chars takes seconds."""
-    from agentscaler.hashing import content_hash
-
     path = None
     if cache_dir is not None:
         path = Path(cache_dir) / f"contamination-{embedding}-{content_hash(texts)[:16]}.npy"
@@ -130,9 +130,6 @@ def _embed_cached(texts: list[str], embedding: str, cache_dir: Path | None) -> n
             return np.load(path)
     vecs = _embed_unique(texts, embedding)
     if path is not None:
-        from agentscaler.workspace import atomic_write_bytes
-        import io
-
         buf = io.BytesIO()
         np.save(buf, vecs)
         atomic_write_bytes(path, buf.getvalue())
@@ -141,8 +138,6 @@ def _embed_cached(texts: list[str], embedding: str, cache_dir: Path | None) -> n
 
 def _embed_unique(texts: list[str], embedding: str) -> np.ndarray:
     """Embed each distinct text once (tau2 telecom's 2,211 test tasks have 60-odd distinct intents)."""
-    from tasks.discover.embed import get_embedder
-
     uniq = list(dict.fromkeys(texts))
     vecs = get_embedder(embedding).embed(uniq)
     row = {t: i for i, t in enumerate(uniq)}
@@ -194,8 +189,6 @@ def check_contamination(ws: Workspace, embedding: str = "fast", intent_threshold
                         calls_threshold: float = CALLS_THRESHOLD, sources: tuple[str, ...] = ("tau2", "bfcl"),
                         bfcl_root: Path | None = None) -> dict[str, Any]:
     """Check every scenario of the workspace; write reports/contamination.json; return it."""
-    from tasks.scenarios.build import load_scenarios
-
     t0 = time.perf_counter()
     refs: list[dict[str, Any]] = []
     if "tau2" in sources:
@@ -215,13 +208,3 @@ def check_contamination(ws: Workspace, embedding: str = "fast", intent_threshold
               "flags": flags, "wall_s": round(time.perf_counter() - t0, 2)}
     atomic_write_json(contamination_path(ws), report)
     return report
-
-
-def contaminated_ids(ws: Workspace) -> set[str]:
-    """Scenario ids flagged by the last check (empty when none was run): the export step drops them."""
-    path = contamination_path(ws)
-    if not path.exists():
-        return set()
-    return {f["scenario"] for f in json.loads(path.read_text("utf-8")).get("flags", [])}
-
-

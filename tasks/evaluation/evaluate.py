@@ -13,14 +13,20 @@ Output: `<ws>/reports/eval-<run>.json`.
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agentscaler.artifacts import load_scenarios, load_trajectories, scenario_map
 from agentscaler.models import Scenario, Trajectory
 from agentscaler.workspace import Workspace, atomic_write_json
+from tasks.evaluation.tau2 import DOMAINS, agreement, score_run, tau2_domain_dir
+from tasks.rollouts.conversation import RolloutConfig
+from tasks.rollouts.engine import run_rollouts
 from tasks.verify.passk import passk_report
+from tasks.verify.verify import verify_run
 
 
 def eval_path(ws: Workspace, run_id: str) -> Path:
@@ -60,21 +66,11 @@ def summarize(trajectories: list[Trajectory], scenarios: dict[str, Scenario], k:
             "end_reasons": dict(Counter(t.end_reason for t in trajectories))}
 
 
-def _scenario_map(ws: Workspace, domains: set[str]) -> dict[str, Scenario]:
-    from tasks.scenarios.build import load_scenarios
-
-    return {s.id: s for d in sorted(domains) for s in load_scenarios(ws, d)}
-
-
 def evaluate_run(ws: Workspace, run_id: str, k: int | None = None, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Verify a finished rollout run (tau2 domains scored as tau2 does) and write reports/eval-<run>.json."""
-    from tasks.rollouts.engine import load_trajectories
-    from tasks.evaluation.tau2 import score_run
-    from tasks.verify.verify import verify_run
-
     verify = verify_run(ws, run_id)
     trajs = load_trajectories(ws, run_id)
-    scenarios = _scenario_map(ws, {t.domain for t in trajs})
+    scenarios = scenario_map(ws, {t.domain for t in trajs})
     tau2 = [t for t in trajs if t.domain.startswith("tau2_")]
     if tau2:  # tau2's reward replaces our verdict on its domains (our reasons kept for the record)
         ours = {t.id: t.verdict for t in trajs}
@@ -94,7 +90,7 @@ def evaluate_run(ws: Workspace, run_id: str, k: int | None = None, meta: dict[st
 
 def evaluate(ws: Workspace, base_url: str | list[str], *, model: str = "smollm2-135m", k: int = 4,
              split: str = "heldout", max_scenarios: int | None = None, domains: list[str] | None = None,
-             tau2: bool | list[str] = False, run_id: str | None = None, cfg: Any = None, concurrency: int = 8,
+             tau2: bool | list[str] = False, run_id: str | None = None, cfg: RolloutConfig | None = None, concurrency: int = 8,
              timeout: float = 120, agreement_sample: int = 5) -> dict[str, Any]:
     """Roll the model out k times on each scenario of `split` and report.
 
@@ -104,13 +100,9 @@ def evaluate(ws: Workspace, base_url: str | list[str], *, model: str = "smollm2-
     action sequences (up to `agreement_sample` trajectories and gold-action variants per domain)
     and the agreement rate goes into the report.
     """
-    from tasks.rollouts.engine import RolloutConfig, run_rollouts
-
     if k < 1:
         raise ValueError("k must be >= 1")
     if tau2:
-        from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
-
         names = list(DOMAINS) if tau2 is True else list(tau2)
         for name in names:
             tau2_domain_dir(ws, name)
@@ -132,12 +124,6 @@ def evaluate(ws: Workspace, base_url: str | list[str], *, model: str = "smollm2-
 
 def tau2_run_agreement(ws: Workspace, run_id: str, domains: list[str], sample: int, seed: int = 0) -> dict[str, Any]:
     """Agreement of our DB verdicts with tau2's EnvironmentEvaluator on a run's trajectories (+ gold variants)."""
-    import random
-
-    from tasks.rollouts.engine import load_trajectories
-    from tasks.scenarios.build import load_scenarios
-    from tasks.evaluation.tau2 import agreement
-
     trajs = load_trajectories(ws, run_id)
     out: dict[str, Any] = {}
     for d in domains:
@@ -149,27 +135,3 @@ def tau2_run_agreement(ws: Workspace, run_id: str, domains: list[str], sample: i
     cases = sum(v["cases"] for v in out.values())
     agree = sum(v["agree"] for v in out.values())
     return {"domains": out, "cases": cases, "agree": agree, "agreement_rate": agree / cases if cases else None}
-
-
-# --- Prefect --------------------------------------------------------------------------------------
-
-def _task_fn(ws_root: str, base_url: str | list[str], **kwargs: Any) -> dict[str, Any]:
-    if isinstance(kwargs.get("cfg"), dict):
-        from tasks.rollouts.engine import RolloutConfig
-
-        kwargs["cfg"] = RolloutConfig(**kwargs["cfg"])
-    return evaluate(Workspace(ws_root), base_url, **kwargs)
-
-
-def __getattr__(name: str) -> Any:
-    """`evaluate_task`: one Prefect task run = one evaluation batch (built on first use: Prefect imports slowly)."""
-    if name == "evaluate_task":
-        from prefect import task
-
-        from agentscaler.errors import transient_only
-
-        t = task(name="evaluate", retries=1, retry_delay_seconds=5, retry_condition_fn=transient_only,
-                 tags=["evaluate"])(_task_fn)
-        globals()["evaluate_task"] = t
-        return t
-    raise AttributeError(name)

@@ -14,78 +14,50 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_text, read_jsonl
+import markdown
+import pyarrow.parquet as pq
 
-
-def _count_lines(path: Path) -> int:
-    return len(read_jsonl(path)) if path.exists() else 0
+from agentscaler.artifacts import load_domains, load_scenarios, read_trajectories, trajectory_files
+from agentscaler.plots import pyplot, save_png
+from agentscaler.workspace import Workspace, atomic_write_text
+from envs.spec import DomainSpec
+from tasks.evaluation.contamination import contamination_path
+from tasks.evaluation.evaluate import eval_path
 
 
 def _parquet_rows(path: Path) -> int:
-    import pyarrow.parquet as pq
-
     return pq.ParquetFile(path).metadata.num_rows
 
 
-def funnel(ws: Workspace, run_id: str | None = None) -> dict[str, int]:
-    """Counts along the pipeline, from what is on disk (a missing stage counts 0)."""
+def funnel(ws: Workspace, run_ids: list[str] | None = None) -> dict[str, int]:
+    """tools -> domains -> environments -> scenarios -> trajectories -> verified -> SFT rows, counted on
+    disk (a missing stage counts 0). Trajectories and verified count the given rollout runs (default:
+    every run of the workspace); the pipeline passes the runs it made."""
     tools = _parquet_rows(ws.tools_path) if ws.tools_path.exists() else 0
-    domains = len(json.loads(ws.domains_path.read_text("utf-8"))) if ws.domains_path.exists() else 0
-    envs = ws.domain_ids()
-    scenarios = sum(_count_lines(ws.domain_dir(d) / "scenarios.jsonl") for d in envs)
-    runs = [run_id] if run_id else [p.name for p in sorted((ws.root / "rollouts").glob("*")) if p.is_dir()]
-    trajs = verified = 0
-    for r in runs:
-        for row in read_jsonl(ws.rollout_dir(r) / "trajectories.jsonl") if (ws.rollout_dir(r) / "trajectories.jsonl").exists() else []:
-            trajs += 1
-            verified += int(bool((row.get("verdict") or {}).get("passed")))
+    trajs = [t for f in trajectory_files(ws, run_ids) for _, t, _, _ in read_trajectories(f) if t is not None]
     sft = sum(_parquet_rows(p) for p in sorted(ws.sft_dir.glob("stage*/*.parquet")))
-    return {"tools": tools, "domains": domains, "environments": len(envs), "scenarios": scenarios,
-            "trajectories": trajs, "verified": verified, "sft_rows": sft}
+    return {"tools": tools, "domains": len(load_domains(ws)), "environments": len(ws.domain_ids()),
+            "scenarios": len(load_scenarios(ws)), "trajectories": len(trajs),
+            "verified": sum(bool(t.verdict and t.verdict.passed) for t in trajs), "sft_rows": sft}
 
 
 def domain_sizes(ws: Workspace) -> list[int]:
     """Tools per discovered domain (graph/domains.json), or per environment when no graph exists."""
     if ws.domains_path.exists():
-        return [len(d.get("tools") or d.get("names") or []) for d in json.loads(ws.domains_path.read_text("utf-8"))]
-    sizes = []
-    for d in ws.domain_ids():
-        spec = json.loads((ws.domain_dir(d) / "spec.json").read_text("utf-8"))
-        sizes.append(len(spec.get("tools", [])))
-    return sizes
+        return [len(d.get("tools") or d.get("names") or []) for d in load_domains(ws)]
+    return [len(DomainSpec.load(ws.domain_dir(d)).tools) for d in ws.domain_ids()]
 
 
 def load_eval(ws: Workspace, run_id: str | None) -> dict[str, Any] | None:
     if run_id is None:
         return None
-    path = ws.reports_dir / f"eval-{run_id}.json"
+    path = eval_path(ws, run_id)
     return json.loads(path.read_text("utf-8")) if path.exists() else None
 
 
 # ------------------------------------------------------------------------------------ plots
-def _png(fig: Any, path: Path) -> Path:
-    import io
-
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_passk(ev: dict[str, Any], path: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     block = ev["pass^k"]
     for name, b in [("overall", block["overall"])] + sorted(block["domains"].items()):
@@ -95,11 +67,11 @@ def plot_passk(ev: dict[str, Any], path: Path) -> Path:
                     linewidth=2.5 if name == "overall" else 1.2)
     ax.set(xlabel="k", ylabel="pass^k", ylim=(0, 1.02), title="pass^k (agent-attributed trials)")
     ax.legend(fontsize=7)
-    return _png(fig, path)
+    return save_png(fig, path)
 
 
 def plot_by_calls(ev: dict[str, Any], path: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     by = ev["pass^k"]["by_gold_calls"]
     ns = sorted(by, key=int)
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -108,26 +80,26 @@ def plot_by_calls(ev: dict[str, Any], path: Path) -> Path:
         ax.text(i, by[n]["accuracy"] + 0.01, f"n={by[n]['trials']}", ha="center", fontsize=7)
     ax.set(xlabel="gold tool calls in the scenario", ylabel="accuracy (per trial)", ylim=(0, 1.05),
            title="accuracy vs number of tool calls")
-    return _png(fig, path)
+    return save_png(fig, path)
 
 
 def plot_funnel(counts: dict[str, int], path: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     names = list(counts)
     ax.barh(names[::-1], [counts[n] for n in names][::-1], color="tab:green")
     for i, n in enumerate(names[::-1]):
         ax.text(counts[n], i, f" {counts[n]}", va="center", fontsize=8)
     ax.set(xscale="symlog", xlabel="count (symlog)", title="data funnel")
-    return _png(fig, path)
+    return save_png(fig, path)
 
 
 def plot_domain_sizes(sizes: list[int], path: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.hist(sizes or [0], bins=min(30, max(1, len(set(sizes)))), color="tab:orange")
     ax.set(xlabel="tools per domain", ylabel="domains", title=f"domain sizes ({len(sizes)} domains)")
-    return _png(fig, path)
+    return save_png(fig, path)
 
 
 # ---------------------------------------------------------------------------------- markdown
@@ -194,12 +166,7 @@ def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int]
 
 
 def markdown_to_html(md: str, title: str) -> str:
-    try:
-        import markdown
-
-        body = markdown.markdown(md, extensions=["tables"])
-    except ImportError:  # the markdown package is optional: show the source
-        body = f"<pre>{html.escape(md)}</pre>"
+    body = markdown.markdown(md, extensions=["tables"])
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
             "td,th{border:1px solid #ccc;padding:2px 8px}img{max-width:100%}</style></head>"
@@ -210,7 +177,7 @@ def write_report(ws: Workspace, run_id: str | None = None) -> dict[str, Any]:
     """Write reports/<run>/report.md, report.html and the PNGs; returns their paths and the markdown."""
     name = run_id or "workspace"
     out_dir = ws.reports_dir / name
-    counts = funnel(ws, run_id)
+    counts = funnel(ws, [run_id] if run_id else None)
     sizes = domain_sizes(ws)
     ev = load_eval(ws, run_id)
     images = {"funnel": plot_funnel(counts, out_dir / "funnel.png").name,
@@ -219,7 +186,7 @@ def write_report(ws: Workspace, run_id: str | None = None) -> dict[str, Any]:
         images["passk"] = plot_passk(ev, out_dir / "passk.png").name
         images["by_calls"] = plot_by_calls(ev, out_dir / "accuracy_by_calls.png").name
     bfcl = [json.loads(p.read_text("utf-8")) for p in sorted(ws.reports_dir.glob("bfcl-*.json"))]
-    cont_path = ws.reports_dir / "contamination.json"
+    cont_path = contamination_path(ws)
     cont = json.loads(cont_path.read_text("utf-8")) if cont_path.exists() else None
     md = report_markdown(run_id, counts, sizes, ev, images, bfcl, cont)
     atomic_write_text(out_dir / "report.md", md)

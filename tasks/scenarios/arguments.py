@@ -1,217 +1,190 @@
-"""Grounded argument sampling: arguments for a tool call, valid against its JSON Schema.
-
-Values come, in order of preference, from the database state (one coherent row of the table
-whose columns best match the parameter names), then from earlier tool outputs, then from the
-schema itself (enum, const, format, type, range) with realistic strings chosen by name.
-The same value generator fills seed databases (tasks.environments.rules), so seed values are valid
-arguments by construction.
-"""
+"""Grounded argument sampling: arguments for a tool call, valid against its JSON Schema."""
 
 from __future__ import annotations
 
-import datetime as dt
+import json
 import random
 import re
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 from agentscaler.naming import QUERY_NAMES, ROLE_PREFIXES, column_key, snake
 from agentscaler.schemas import is_valid
+from envs.spec import DomainSpec, ToolSpec
+from tasks.scenarios.values import _schema_type, _types, gen_value, sample_from_schema
 
-_FIRST = ["Ada", "Alan", "Grace", "Linus", "Barbara", "Ken", "Margaret", "Dennis", "Frances", "Edsger",
-          "Radia", "Donald", "Katherine", "John", "Hedy", "Tim"]
-_LAST = ["Lovelace", "Turing", "Hopper", "Torvalds", "Liskov", "Thompson", "Hamilton", "Ritchie", "Allen",
-         "Dijkstra", "Perlman", "Knuth", "Johnson", "McCarthy", "Lamarr", "Berners-Lee"]
-_CITIES = ["Paris", "Berlin", "Tokyo", "Lagos", "Lima", "Austin", "Oslo", "Seoul", "Nairobi", "Denver"]
-_COUNTRIES = ["France", "Germany", "Japan", "Nigeria", "Peru", "USA", "Norway", "Korea", "Kenya", "Canada"]
-_WORDS = ["alpha", "blue", "cedar", "delta", "ember", "falcon", "garnet", "harbor", "iris", "juniper",
-          "kestrel", "lumen", "maple", "nova", "onyx", "pine", "quartz", "river", "sierra", "tango"]
-_NOUNS = ["Mug", "Lamp", "Notebook", "Chair", "Backpack", "Kettle", "Monitor", "Jacket", "Bottle", "Speaker"]
-_CURRENCIES = ["USD", "EUR", "JPY", "GBP", "CHF"]
-_LANGS = ["en", "fr", "de", "es", "ja"]
+_SEARCH_WORDS = ("query", "search", "keyword", "name", "title", "term", "text")
+_NAME_COLUMNS = ("name", "title", "label")
 
 
-# ---------------------------------------------------------------------------------------------
-# schema-driven generation
-# ---------------------------------------------------------------------------------------------
-def _schema_type(schema: dict[str, Any]) -> str:
-    t = schema.get("type")
-    if isinstance(t, list):
-        t = next((x for x in t if x != "null"), "null")
-    if t is None:
-        if "properties" in schema:
-            return "object"
-        if "items" in schema:
-            return "array"
-        return "string"
-    return t
+class StateView:
+    """Column values of the seed database, read-only, to ground arguments in existing data."""
+
+    def __init__(self, spec: DomainSpec, seed_path: Path, max_values: int = 500):
+        self.columns: dict[str, list[tuple[bool, list[Any]]]] = {}  # column -> [(is_pk, values)]
+        self.keys: set[str] = {c for t in spec.tables for c in t.primary_key} | \
+            {c.name for t in spec.tables for c in t.columns if c.foreign_key}
+        self.name_words: dict[str, list[str]] = {}  # table -> words of its name/title columns
+        self._memo: dict[tuple[str, str, str], list[Any]] = {}
+        self.nested: dict[str, list[Any]] = {}  # key inside json column values -> values
+        conn = sqlite3.connect(f"file:{Path(seed_path).resolve()}?mode=ro", uri=True)
+        try:
+            for t in spec.tables:
+                for c in t.columns:
+                    try:
+                        rows = conn.execute(f'SELECT DISTINCT "{c.name}" FROM "{t.name}" WHERE "{c.name}" IS NOT NULL '
+                                            f'ORDER BY 1 LIMIT {int(max_values)}').fetchall()
+                    except sqlite3.Error:
+                        continue
+                    values = [r[0] for r in rows]
+                    if c.type == "json":
+                        values = [_json_or(v) for v in values]
+                        for v in values:  # keys inside JSON values (an address's city, zip) ground too
+                            found: dict[str, list[Any]] = {}
+                            _nested(v, found, 0)
+                            for k, vs in found.items():
+                                bucket = self.nested.setdefault(k, [])
+                                bucket.extend(x for x in vs if len(bucket) < max_values and x not in bucket)
+                    if c.type == "boolean":
+                        values = [bool(v) for v in values]
+                    if values:
+                        self.columns.setdefault(c.name, []).append((c.name in t.primary_key, values))
+                    if c.type == "text" and any(c.name == n or c.name.endswith("_" + n) for n in _NAME_COLUMNS):
+                        words = self.name_words.setdefault(t.name, [])
+                        words.extend(w for v in values for w in str(v).split() if len(w) > 2)
+        finally:
+            conn.close()
+        self.name_words = {t: sorted(set(w)) for t, w in self.name_words.items()}
+
+    def grounded(self, tool: ToolSpec, param: str, schema: dict[str, Any]) -> list[Any]:
+        """Schema-valid database values for a parameter (memoized: the seed does not change)."""
+        key = (tool.name, param, json.dumps(schema, sort_keys=True))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = [c for c in (coerce(v, schema) for v in self.values_for(param)) if is_valid(c, schema)]
+            if not hit and "string" in _types(schema) and not schema.get("enum") and not schema.get("format") \
+                    and any(w in param.lower() for w in _SEARCH_WORDS):
+                hit = [w for w in self.words_for(tool) if is_valid(w, schema)]
+            self._memo[key] = hit
+        return hit
+
+    def words_for(self, tool: ToolSpec) -> list[str]:
+        """Words of name/title columns of the tables the tool talks about (all tables if none is named)."""
+        text = f"{tool.name} {tool.description}".lower()
+        hits = [t for t in self.name_words if t.lower().rstrip("s") in text]
+        return sorted({w for t in (hits or list(self.name_words)) for w in self.name_words[t]})
+
+    def values_for(self, param: str) -> list[Any]:
+        """Values of the column named like the parameter; a table where it is the key comes first."""
+        entries = self.columns.get(param, [])
+        entries = sorted(entries, key=lambda e: not e[0])
+        return entries[0][1] if entries else sorted(self.nested.get(param, []), key=repr)
 
 
-def _string_for(name: str, schema: dict[str, Any], rng: random.Random) -> str:
-    fmt = schema.get("format")
-    n = snake(name)
-    if fmt == "email" or "email" in n:
-        return f"{rng.choice(_FIRST).lower()}.{rng.choice(_LAST).lower()}{rng.randint(1, 99)}@example.com"
-    if fmt == "date-time" or n.endswith(("_at", "datetime", "timestamp")):
-        d = dt.datetime(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 365), minutes=rng.randint(0, 1439))
-        return d.strftime("%Y-%m-%dT%H:%M:%S") + ("Z" if fmt == "date-time" else "")
-    if fmt == "date" or n.endswith("date") or n in ("day", "birthday", "dob"):
-        return (dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 365))).isoformat()
-    if fmt == "time" or n.endswith("_time") or n == "time":
-        return f"{rng.randint(0, 23):02d}:{rng.choice([0, 15, 30, 45]):02d}:00"
-    if fmt in ("uri", "url") or "url" in n or "link" in n or "website" in n:
-        return f"https://example.com/{rng.choice(_WORDS)}/{rng.randint(1, 999)}"
-    if fmt == "uuid":
-        return "%08x-%04x-4%03x-8%03x-%012x" % (rng.getrandbits(32), rng.getrandbits(16), rng.getrandbits(12),
-                                               rng.getrandbits(12), rng.getrandbits(48))
-    if fmt == "ipv4" or n in ("ip", "ip_address"):
-        return ".".join(str(rng.randint(1, 254)) for _ in range(4))
-    if "phone" in n:
-        return f"+1-555-{rng.randint(100, 999)}-{rng.randint(1000, 9999)}"
-    if n.endswith("_id") or n == "id" or n.endswith("_uuid"):
-        return f"{n.split('_')[0][:3]}_{rng.randint(100, 999)}"
-    if n in ("first_name", "firstname", "given_name"):
-        return rng.choice(_FIRST)
-    if n in ("last_name", "lastname", "surname", "family_name"):
-        return rng.choice(_LAST)
-    if n in ("name", "full_name", "username", "user_name", "author", "owner", "customer", "receiver",
-             "recipient", "sender", "contact", "person"):
-        return f"{rng.choice(_FIRST)} {rng.choice(_LAST)}"
-    if "city" in n or "location" in n or n in ("origin", "destination", "place", "region"):
-        return rng.choice(_CITIES)
-    if "country" in n:
-        return rng.choice(_COUNTRIES)
-    if "currency" in n:
-        return rng.choice(_CURRENCIES)
-    if n in ("lang", "language", "locale"):
-        return rng.choice(_LANGS)
-    if n in ("title", "product", "product_name", "item", "item_name", "product_title"):
-        return f"{rng.choice(_WORDS).title()} {rng.choice(_NOUNS)}"
-    if "password" in n:
-        return f"pw-{rng.choice(_WORDS)}-{rng.randint(1000, 9999)}"
-    if n in ("description", "text", "message", "content", "body", "comment", "note", "notes", "query",
-             "keyword", "keywords", "search", "q", "prompt", "reason", "subject", "summary"):
-        return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 3)))
-    return f"{rng.choice(_WORDS)}-{rng.randint(1, 99)}"
+def _json_or(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except json.JSONDecodeError:
+            return v
+    return v
 
 
-def _fit_length(s: str, schema: dict[str, Any]) -> str:
-    lo, hi = schema.get("minLength"), schema.get("maxLength")
-    if isinstance(hi, int) and len(s) > hi:
-        s = s[:hi]
-    if isinstance(lo, int) and len(s) < lo:
-        s = s + "x" * (lo - len(s))
-    return s
+def _nested(obj: Any, found: dict[str, list[Any]], depth: int) -> None:
+    if depth > 3:
+        return
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(v, (str, int, float, bool)):
+                found.setdefault(k, []).append(v)
+            else:
+                _nested(v, found, depth + 1)
+    elif isinstance(obj, list):
+        for v in obj[:20]:
+            _nested(v, found, depth + 1)
 
 
-def _number(schema: dict[str, Any], rng: random.Random, integer: bool, name: str) -> int | float:
-    lo = schema.get("minimum")
-    hi = schema.get("maximum")
-    xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
-    if isinstance(xlo, (int, float)) and not isinstance(xlo, bool):
-        lo = xlo + (1 if integer else 1e-3) if lo is None else max(lo, xlo + (1 if integer else 1e-3))
-    if isinstance(xhi, (int, float)) and not isinstance(xhi, bool):
-        hi = xhi - (1 if integer else 1e-3) if hi is None else min(hi, xhi - (1 if integer else 1e-3))
-    n = snake(name)
-    if lo is None and hi is None:
-        if any(k in n for k in ("year",)):
-            lo, hi = 1990, 2024
-        elif any(k in n for k in ("lat",)):
-            lo, hi = -80, 80
-        elif any(k in n for k in ("lon", "lng")):
-            lo, hi = -170, 170
-        elif any(k in n for k in ("limit", "count", "num", "quantity", "size", "top", "page")):
-            lo, hi = 1, 10
-        elif any(k in n for k in ("price", "amount", "cost", "balance", "total", "salary", "budget")):
-            lo, hi = 5, 500
-        else:
-            lo, hi = 1, 100
-    elif lo is None:
-        lo = min(hi, 0) if hi >= 0 else hi - 100
-    elif hi is None:
-        hi = lo + 100
-    if lo > hi:
-        lo, hi = hi, lo
-    mult = schema.get("multipleOf")
-    if integer:
-        lo_i, hi_i = int(-(-lo // 1)), int(hi // 1)
-        if lo_i > hi_i:
-            hi_i = lo_i
-        v = rng.randint(lo_i, hi_i)
-        if isinstance(mult, int) and mult > 0:
-            v = (v // mult) * mult
-            if v < lo:
-                v += mult
-        return v
-    if isinstance(mult, (int, float)) and mult > 0:
-        k_lo, k_hi = int(-(-lo // mult)), int(hi // mult)
-        return round(rng.randint(k_lo, max(k_lo, k_hi)) * mult, 10)
-    v = round(rng.uniform(lo, hi), 2)
-    return v if lo <= v <= hi else (lo + hi) / 2
+def output_values(outputs: list[Any], key: str) -> list[Any]:
+    """Scalar values under `key` in the most recent output that has any (dicts, lists of dicts, nested)."""
+    for out in reversed(outputs):
+        found: list[Any] = []
+        _collect(out, key, found, 0)
+        if found:
+            seen: list[Any] = []
+            for v in found:
+                if v not in seen:
+                    seen.append(v)
+            return seen
+    return []
 
 
-def gen_value(schema: dict[str, Any] | None, name: str, rng: random.Random, depth: int = 0) -> Any:
-    """A value valid against `schema`, realistic for a field called `name`."""
-    if not isinstance(schema, dict):
-        return _string_for(name, {}, rng)
-    if "const" in schema:
-        return schema["const"]
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return rng.choice(schema["enum"])
-    for comb in ("oneOf", "anyOf"):
-        if isinstance(schema.get(comb), list) and schema[comb]:
-            opts = [o for o in schema[comb] if isinstance(o, dict) and o.get("type") != "null"] or schema[comb]
-            return gen_value(opts[0] if comb == "oneOf" else rng.choice(opts), name, rng, depth)
-    if isinstance(schema.get("allOf"), list) and schema["allOf"]:
-        merged: dict[str, Any] = {}
-        for part in schema["allOf"]:
-            if isinstance(part, dict):
-                merged.update(part)
-        return gen_value(merged, name, rng, depth)
-    if "default" in schema and rng.random() < 0.3 and is_valid(schema["default"], schema):
-        return schema["default"]
-    t = _schema_type(schema)
-    if t == "null":
-        return None
-    if t == "boolean":
-        return rng.random() < 0.5
-    if t == "integer":
-        return _number(schema, rng, True, name)
-    if t == "number":
-        return _number(schema, rng, False, name)
-    if t == "array":
-        items = schema.get("items") if isinstance(schema.get("items"), dict) else {"type": "string"}
-        lo = schema.get("minItems", 1)
-        hi = schema.get("maxItems", max(lo, 3))
-        n = rng.randint(lo, max(lo, min(hi, lo + 2)))
-        if depth > 3:
-            n = lo
-        item_name = name[:-1] if name.endswith("s") else name
-        out = [gen_value(items, item_name, rng, depth + 1) for _ in range(n)]
-        if schema.get("uniqueItems"):
-            uniq: list[Any] = []
-            for v in out:
-                if v not in uniq:
-                    uniq.append(v)
-            out = uniq
-        return out
-    if t == "object":
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        required = [r for r in schema.get("required", []) if isinstance(r, str)]
-        if depth > 3:
-            return {k: gen_value(props.get(k, {}), k, rng, depth + 1) for k in required}
-        out = {}
-        for k, sub in props.items():
-            if k in required or rng.random() < 0.6:
-                out[k] = gen_value(sub, k, rng, depth + 1)
-        for k in required:
-            out.setdefault(k, gen_value({}, k, rng, depth + 1))
-        return out
-    return _fit_length(_string_for(name, schema, rng), schema)
+def _collect(obj: Any, key: str, found: list[Any], depth: int) -> None:
+    if depth > 4:
+        return
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == key and isinstance(v, (str, int, float, bool)):
+                found.append(v)
+            elif isinstance(v, (dict, list)):
+                _collect(v, key, found, depth + 1)
+    elif isinstance(obj, list):
+        for v in obj[:50]:
+            _collect(v, key, found, depth + 1)
 
 
-# ---------------------------------------------------------------------------------------------
-# grounded sampling
-# ---------------------------------------------------------------------------------------------
+def coerce(value: Any, schema: dict[str, Any]) -> Any:
+    """Make a grounded value fit the schema type when that is lossless (id 7 -> "7", "3" -> 3)."""
+    types = _types(schema)
+    if not types or isinstance(value, bool) and "boolean" in types:
+        return value
+    t = types[0]
+    try:
+        if t == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        if t == "integer" and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        if t == "integer" and isinstance(value, float) and value.is_integer():
+            return int(value)
+        if t == "number" and isinstance(value, str):
+            return float(value)
+    except ValueError:
+        return value
+    return value
+
+
+def ground_arguments(tool: ToolSpec, state: StateView, outputs: list[Any], rng: random.Random,
+                     optional_prob: float = 0.3, clock: str = "2024-05-15T15:00:00"
+                     ) -> tuple[dict[str, Any], dict[str, str]]:
+    """(arguments, sources): each value from an earlier output, the database state, or the schema.
+
+    `sources[arg]` is "output" (chained: the agent looks it up) or "user" (the user must say it;
+    from the database state or the schema).
+    """
+    schema = tool.parameters or {}
+    props: dict[str, Any] = schema.get("properties", {}) or {}
+    required = set(schema.get("required", []) or [])
+    args: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name in sorted(props):
+        ps = props[name] if isinstance(props[name], dict) else {}
+        if name not in required and rng.random() >= optional_prob:
+            continue
+        chained = [c for c in (coerce(v, ps) for v in output_values(outputs, name)) if is_valid(c, ps)]
+        if chained:
+            args[name], sources[name] = rng.choice(chained), "output"
+            continue
+        from_db = state.grounded(tool, name, ps)
+        if tool.kind == "write" and name not in state.keys and (ps.get("format") or ps.get("enum")) \
+                and rng.random() < 0.5:
+            from_db = []  # a new value to set (an email, a status): from the schema half the time
+        if from_db:
+            args[name], sources[name] = rng.choice(from_db), "user"
+            continue
+        args[name], sources[name] = sample_from_schema(ps, rng, clock), "user"
+    return args, sources
+
+
 def _coerce(value: Any, schema: dict[str, Any]) -> Any:
     """Fit a database/output value to the parameter type where it is lossless enough."""
     t = _schema_type(schema)

@@ -1,58 +1,315 @@
-"""Export stage: verified trajectories -> SFT datasets for stage 1 and stage 2 (training/export.py).
+"""Verified trajectories -> SFT rows `{"messages": [...], "tools": "<json>"}` for TRL, per stage.
 
-`export_stage(ws, stages)` is the plain function; `export_task` is the thin Prefect wrapper (one
-task run = the whole export, since it is one pass over the rollouts).
+Why each step:
+- only trajectories whose verdict passed are training data (the paper's filtering);
+- `tool_calls[].function.arguments` arrive as the JSON *string* servers return; chat templates
+  need a dict, so it is parsed here and a malformed one drops the row with a counted reason;
+- tool schemas differ per row, and Arrow would unify them into one struct (adding `null` keys
+  to every schema), so `tools` is stored as a JSON string column (TRL decodes it before
+  templating) and each tool call is stored as `datasets.Json` for the same reason;
+- rows longer than `max_length` tokens are dropped, never truncated (a cut trajectory teaches
+  an unfinished conversation); duplicates (same messages and tools) are dropped;
+- the eval split is held out by scenario, so trials of one scenario never straddle the split.
+
+- trajectories of held-out scenarios (evaluation runs live in the same workspace) and of
+  scenarios flagged by the contamination check (`agentscaler contamination`) stay out, counted by
+  reason: `export_sft` reads both itself, so no caller can skip them.
+
+Stage 1 = general domains, stage 2 = target verticals (`tau2-*` or a given list).
+Layout: `<ws>/sft/stage{1,2}/{train,eval}.parquet`, `<ws>/sft/stage{1,2}/hf/` (DatasetDict via
+`save_to_disk`), `<ws>/sft/stage{1,2}/report.json`, and `<ws>/sft/report.json` for the run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
-from agentscaler.workspace import Workspace
+from agentscaler.artifacts import contaminated_ids, load_scenarios, read_trajectories, trajectory_files
+from agentscaler.hashing import content_hash
+from agentscaler.models import Trajectory
+from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
+from training.config import default_config_path, load_config
+from training.gguf_convert import load_tokenizer
+
+ROLES = ("system", "user", "assistant", "tool")
+DEFAULT_MAX_LENGTH = 2048
+DEFAULT_EVAL_FRACTION = 0.1
+MAX_ERRORS = 50
 
 
-def export_stage(ws: Workspace, stages: tuple[int, ...] = (1, 2), run_ids: list[str] | None = None,
-                 max_length: int | None = None, target_domains: list[str] | None = None,
-                 eval_fraction: float = 0.1) -> dict[str, Any]:
-    """Export and return the counts report (kept per stage/split, dropped by reason, errors).
+class RowError(ValueError):
+    """A trajectory that cannot become an SFT row; `reason` is the counted reason code."""
 
-    `max_length` defaults to the stage config's, so export and training filter the same way.
-    Trajectories of held-out scenarios (evaluation runs) and of scenarios flagged by the
-    contamination check (`agentscaler contamination`) stay out, counted by reason.
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def stage_of(domain: str, target_domains: Iterable[str] | None = None) -> int:
+    """2 for target verticals (listed domains, or any `tau2-*` domain when no list is given), else 1."""
+    if target_domains is not None:
+        return 2 if domain in set(target_domains) else 1
+    return 2 if domain.startswith(("tau2_", "tau2-")) else 1
+
+
+def _text(content: Any) -> str:
+    """Message content as text: None -> "", OpenAI content parts joined, anything else JSON."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+        return "".join(str(p.get("text", "")) for p in content)
+    return json.dumps(content, ensure_ascii=False, sort_keys=True)
+
+
+def _parse_arguments(raw: Any, where: str) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    if raw is None or (isinstance(raw, str) and raw.strip() == ""):
+        return {}  # servers send "" for a call without arguments
+    if not isinstance(raw, str):
+        raise RowError("malformed_arguments", f"{where}: arguments is {type(raw).__name__}, not a JSON string")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RowError("malformed_arguments", f"{where}: arguments are not JSON ({exc.msg}): {raw[:80]!r}") from None
+    if not isinstance(value, dict):
+        raise RowError("malformed_arguments", f"{where}: arguments are JSON {type(value).__name__}, not an object")
+    return value
+
+
+def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI-shaped messages -> the shape HF chat templates read (every key present, same types).
+
+    Raises RowError naming the message and the problem.
     """
-    from tasks.evaluation.contamination import contaminated_ids
-    from tasks.scenarios.build import load_scenarios
+    out: list[dict[str, Any]] = []
+    call_names: dict[str, str] = {}
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role not in ROLES:
+            raise RowError("bad_message", f"message {i}: role {role!r} is not one of {ROLES}")
+        row: dict[str, Any] = {"role": role, "content": _text(m.get("content")), "tool_calls": None,
+                               "tool_call_id": None, "name": None}
+        if role == "assistant" and m.get("tool_calls"):
+            calls = []
+            for j, tc in enumerate(m["tool_calls"]):
+                where = f"message {i} tool_call {j}"
+                fn = tc.get("function") if isinstance(tc, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+                    raise RowError("malformed_tool_call", f"{where}: no function name")
+                args = _parse_arguments(fn.get("arguments"), f"{where} ({fn['name']})")
+                call = {"type": "function", "function": {"name": fn["name"], "arguments": args}}
+                if tc.get("id"):
+                    call["id"] = str(tc["id"])
+                    call_names[str(tc["id"])] = fn["name"]
+                calls.append(call)
+            row["tool_calls"] = calls
+        elif role == "tool":
+            tcid = m.get("tool_call_id")
+            name = m.get("name") or call_names.get(str(tcid))
+            if not name:
+                raise RowError("tool_without_name", f"message {i}: tool message without name or known tool_call_id")
+            row["tool_call_id"] = str(tcid) if tcid is not None else None
+            row["name"] = name
+        out.append(row)
+    while out and out[-1]["role"] != "assistant":  # trailing user/tool turns carry no loss
+        out.pop()
+    if not any(r["role"] == "assistant" and (r["content"] or r["tool_calls"]) for r in out):
+        raise RowError("no_assistant_turn", "no assistant reply or tool call to learn from")
+    return out
 
+
+def row_from_trajectory(traj: Trajectory) -> dict[str, Any]:
+    """One SFT row (messages normalized, tools as a JSON string) plus bookkeeping columns."""
+    messages = normalize_messages(traj.messages)
+    tools = [t for t in traj.tools]
+    for k, t in enumerate(tools):
+        if not (isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name")):
+            raise RowError("malformed_tool_schema", f"tools[{k}] is not an OpenAI function schema")
+    tools_json = json.dumps(tools, ensure_ascii=False, sort_keys=True)
+    return {"id": content_hash({"messages": messages, "tools": tools}), "trajectory_id": traj.id,
+            "scenario_id": traj.scenario_id, "domain": traj.domain, "messages": messages, "tools": tools_json}
+
+
+def count_tokens(tokenizer: Any, row: dict[str, Any]) -> int:
+    """Token count of the row as the trainer will see it (same template, same tools)."""
+    ids = tokenizer.apply_chat_template(row["messages"], tools=json.loads(row["tools"]) or None,
+                                        tokenize=True, return_dict=True)["input_ids"]
+    return len(ids)
+
+
+def _eval_bucket(scenario_id: str) -> float:
+    return int(content_hash({"eval_split": scenario_id}, 8), 16) / 16**8
+
+
+def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_LENGTH,
+               target_domains: list[str] | None = None, eval_fraction: float = DEFAULT_EVAL_FRACTION,
+               exclude_scenarios: dict[str, str] | None = None,
+               ) -> tuple[dict[int, dict[str, list[dict]]], dict[str, Any]]:
+    """Read trajectory files and return ({stage: {"train": rows, "eval": rows}}, report).
+
+    `exclude_scenarios`: scenario id -> reason (held-out split, contamination flag); such
+    trajectories are kept out of training and counted under that reason."""
+    dropped: Counter[str] = Counter()
+    errors: list[str] = []
+    read = skipped_unverified = 0
+    seen: set[str] = set()
+    by_stage: dict[int, list[dict]] = {1: [], 2: []}
+
+    def drop(reason: str, where: str, detail: str) -> None:
+        dropped[reason] += 1
+        if len(errors) < MAX_ERRORS:
+            errors.append(f"{where}: {detail}")
+
+    for path in files:
+        for where, traj, bad, detail in read_trajectories(path):
+            read += 1
+            if traj is None:
+                drop(bad or "invalid_trajectory", where, detail)
+                continue
+            where = f"{where} (trajectory {traj.id})"
+            if traj.verdict is None or not traj.verdict.passed:
+                skipped_unverified += 1
+                continue
+            if exclude_scenarios and traj.scenario_id in exclude_scenarios:
+                reason = exclude_scenarios[traj.scenario_id]
+                drop(reason, where, f"scenario {traj.scenario_id} is excluded from training ({reason})")
+                continue
+            try:
+                row = row_from_trajectory(traj)
+            except RowError as exc:
+                drop(exc.reason, where, exc.detail)
+                continue
+            if row["id"] in seen:
+                dropped["duplicate"] += 1
+                continue
+            try:
+                n = count_tokens(tokenizer, row)
+            except Exception as exc:  # a template error names the row, the export goes on
+                drop("template_error", where, f"{type(exc).__name__}: {exc}")
+                continue
+            if n > max_length:
+                drop("too_long", where, f"{n} tokens > max_length {max_length}")
+                continue
+            seen.add(row["id"])
+            row["n_tokens"] = n
+            row["stage"] = stage_of(traj.domain, target_domains)
+            by_stage[row["stage"]].append(row)
+
+    splits: dict[int, dict[str, list[dict]]] = {}
+    for stage, rows in by_stage.items():
+        rows.sort(key=lambda r: r["id"])
+        ev = [r for r in rows if _eval_bucket(r["scenario_id"]) < eval_fraction]
+        if not ev and eval_fraction > 0 and len({r["scenario_id"] for r in rows}) >= 2:
+            first = min((r["scenario_id"] for r in rows), key=_eval_bucket)
+            ev = [r for r in rows if r["scenario_id"] == first]
+        ev_ids = {r["id"] for r in ev}
+        splits[stage] = {"train": [r for r in rows if r["id"] not in ev_ids], "eval": ev}
+    report = {"files": [str(f) for f in files], "read": read, "skipped_unverified": skipped_unverified,
+              "kept": {f"stage{s}": {k: len(v) for k, v in sp.items()} for s, sp in splits.items()},
+              "dropped": dict(sorted(dropped.items())), "errors": errors, "max_length": max_length}
+    return splits, report
+
+
+def _features():
+    from datasets import Features, Json, List, Value
+
+    msg = {"role": Value("string"), "content": Value("string"), "tool_calls": List(Json()),
+           "tool_call_id": Value("string"), "name": Value("string")}
+    return Features({"id": Value("string"), "trajectory_id": Value("string"), "scenario_id": Value("string"),
+                     "domain": Value("string"), "stage": Value("int32"), "n_tokens": Value("int32"),
+                     "messages": List(msg), "tools": Value("string")})
+
+
+def _to_dataset(rows: list[dict]):
+    from datasets import Dataset
+
+    feats = _features()
+    if not rows:  # an empty split (no stage-2 domains, no eval rows): from_list([]) loses the columns
+        return Dataset.from_dict({k: [] for k in feats}, features=feats)
+    return Dataset.from_list([{k: r[k] for k in feats} for r in rows], features=feats)
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    """Swap a finished folder into place (rename is atomic; the old one is removed after)."""
+    old = dst.with_name(f".{dst.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if dst.exists():
+        os.replace(dst, old)
+    os.replace(src, dst)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def write_stage(out_dir: Path, split_rows: dict[str, list[dict]], report: dict[str, Any]) -> dict[str, Any]:
+    """Write parquet + save_to_disk layouts for one stage; skip when the same rows are already there."""
+    from datasets import DatasetDict
+    from datasets.utils.logging import disable_progress_bar
+
+    disable_progress_bar()
+    digest = content_hash({k: [r["id"] for r in v] for k, v in split_rows.items()})
+    stage_report = {**report, "content_hash": digest,
+                    "rows": {k: len(v) for k, v in split_rows.items()},
+                    "tokens": {k: sum(r["n_tokens"] for r in v) for k, v in split_rows.items()}}
+    rep_path = out_dir / "report.json"
+    if rep_path.exists() and (out_dir / "hf").exists():
+        try:
+            if json.loads(rep_path.read_text()).get("content_hash") == digest:
+                return {**stage_report, "skipped": True}
+        except json.JSONDecodeError:
+            pass
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dd = DatasetDict({k: _to_dataset(v) for k, v in split_rows.items()})
+    for split, ds in dd.items():
+        buf = io.BytesIO()
+        ds.to_parquet(buf)
+        atomic_write_bytes(out_dir / f"{split}.parquet", buf.getvalue())
+    tmp = Path(tempfile.mkdtemp(prefix=".hf.", dir=out_dir))
+    dd.save_to_disk(str(tmp / "hf"))
+    _replace_dir(tmp / "hf", out_dir / "hf")
+    shutil.rmtree(tmp, ignore_errors=True)
+    atomic_write_json(rep_path, stage_report)  # written last: its hash marks the stage finished
+    return {**stage_report, "skipped": False}
+
+
+def excluded_scenarios(ws: Workspace) -> dict[str, str]:
+    """Scenario id -> why it never becomes training data: held out for evaluation, or contaminated."""
     exclude = {s.id: "heldout_scenario" for s in load_scenarios(ws) if s.split != "train"}
     exclude.update({sid: "contaminated" for sid in contaminated_ids(ws)})
+    return exclude
 
-    from training.config import default_config_path, load_config
-    from training.export import export_sft
 
+def export_sft(ws: Workspace, tokenizer: Any | None = None, stages: tuple[int, ...] = (1, 2),
+               run_ids: list[str] | None = None, max_length: int | None = None,
+               target_domains: list[str] | None = None, eval_fraction: float = DEFAULT_EVAL_FRACTION,
+               tokenizer_loader: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Export verified trajectories of `ws` to `<ws>/sft/stage{n}/`; returns the counts report.
+
+    `max_length` defaults to the stage configs' (the smallest of `stages`), so export and training
+    filter the same way. Held-out and contaminated scenarios are always left out (excluded_scenarios)."""
     if max_length is None:
         max_length = min(load_config(default_config_path(s)).max_length for s in stages)
-    return export_sft(ws, stages=stages, run_ids=run_ids, max_length=max_length,
-                      target_domains=target_domains, eval_fraction=eval_fraction,
-                      exclude_scenarios=exclude)
-
-
-# --- Prefect ----------------------------------------------------------------------------------
-
-def _task_fn(ws_root: str, stages: tuple[int, ...] = (1, 2), **options: Any) -> dict[str, Any]:
-    return export_stage(Workspace(ws_root), tuple(stages), **options)
-
-
-def _make_task() -> Callable[..., Any]:
-    from prefect import task
-
-    from agentscaler.errors import transient_only
-
-    return task(name="export-sft", retries=1, retry_delay_seconds=1, retry_condition_fn=transient_only,
-                tags=["export"])(_task_fn)
-
-
-try:
-    export_task = _make_task()
-except ImportError:  # pragma: no cover
-    export_task = None
+    if tokenizer is None:
+        tokenizer = (tokenizer_loader or load_tokenizer)()
+    splits, report = build_rows(trajectory_files(ws, run_ids), tokenizer, max_length=max_length,
+                                target_domains=target_domains, eval_fraction=eval_fraction,
+                                exclude_scenarios=excluded_scenarios(ws))
+    result = {**report, "stages": {}}
+    for s in stages:
+        res = write_stage(ws.sft_dir / f"stage{s}", splits[s], report)
+        result["stages"][f"stage{s}"] = {"dir": str(ws.sft_dir / f"stage{s}"), "rows": res["rows"],
+                                         "tokens": res["tokens"], "skipped": res["skipped"]}
+    atomic_write_json(ws.sft_dir / "report.json", result)
+    return result

@@ -18,9 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentscaler.catalog import Catalog
 from agentscaler.workspace import Workspace
+from training.config import default_config_path, load_config
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ACCELERATE_DIR = REPO_ROOT / "training" / "accelerate"
 
 
@@ -48,9 +50,6 @@ def train_stage(ws: Workspace, stage: int, config: Path | None = None, max_steps
                 accelerate_config: Path | None = None, num_processes: int | None = None, model: str | None = None,
                 on_line: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run one stage to completion and return its result.json (plus the command and log path)."""
-    from agentscaler.catalog import Catalog
-    from training.config import default_config_path, load_config
-
     config = Path(config) if config else default_config_path(stage)
     cfg = load_config(config, model=model)  # fail fast here on a bad config, not in the child
     if cfg.stage != stage:
@@ -94,29 +93,3 @@ def train_stage(ws: Workspace, stage: int, config: Path | None = None, max_steps
     catalog.finish_run(run_id, "done", {k: result.get(k) for k in ("global_step", "train_loss", "final_dir",
                                                                    "tokens_per_second", "loss_finite")})
     return result
-
-
-# --- Prefect ----------------------------------------------------------------------------------
-
-def _task_fn(ws_root: str, stage: int, **options: Any) -> dict[str, Any]:
-    try:
-        from prefect import get_run_logger
-
-        logger = get_run_logger()
-        options.setdefault("on_line", logger.info)
-    except Exception:  # noqa: BLE001 - outside a run context there is no Prefect logger
-        pass
-    return train_stage(Workspace(ws_root), stage, **options)
-
-
-def _make_task() -> Callable[..., Any]:
-    from prefect import task
-
-    # No retries: a failed training run is not transient (and is expensive); the flow decides.
-    return task(name="train-sft", retries=0, tags=["train"])(_task_fn)
-
-
-try:
-    train_task = _make_task()
-except ImportError:  # pragma: no cover
-    train_task = None

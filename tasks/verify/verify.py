@@ -34,15 +34,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
+from agentscaler.artifacts import TRAJECTORIES, read_trajectories, scenario_map
 from agentscaler.hashing import canonical_json
 from agentscaler.models import Scenario, Trajectory, Verdict
 from agentscaler.schemas import check
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from envs.spec import DomainSpec
 from tasks.verify.passk import passk_report
-from tasks.rollouts.engine import TRAJECTORIES, pending_write
+from tasks.rollouts.conversation import pending_write
 
 REASONS = ("malformed_dialogue", "unknown_tool", "invalid_arguments", "repetition", "no_tool_calls", "turn_limit",
            "fatal_error", "state_mismatch", "call_mismatch")
@@ -263,16 +262,6 @@ def attribute(traj: Trajectory, scenario: Scenario, user_texts: list[str], tool_
 
 # --- a run ------------------------------------------------------------------------------------------
 
-def _scenarios_for(ws: Workspace, domains: set[str]) -> dict[str, Scenario]:
-    from tasks.scenarios.build import load_scenarios
-
-    out: dict[str, Scenario] = {}
-    for d in domains:
-        for s in load_scenarios(ws, d):
-            out[s.id] = s
-    return out
-
-
 def _run_locked(run_dir: Path) -> bool:
     lock = run_dir / "run.lock"
     if not lock.exists():
@@ -303,14 +292,11 @@ def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, e
     t0 = time.perf_counter()
     trajs: list[Trajectory] = []
     unreadable: list[str] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                trajs.append(Trajectory.model_validate_json(line))
-            except ValidationError as exc:
-                unreadable.append(f"{path}:{lineno}: {str(exc).splitlines()[0]}"[:300])
+    for where, traj, _, detail in read_trajectories(path):
+        if traj is None:
+            unreadable.append(f"{where}: {detail}"[:300])
+        else:
+            trajs.append(traj)
     t_read = time.perf_counter()
     report = verify_trajectories(ws, trajs, max_repeats=max_repeats)
     t_verify = time.perf_counter()
@@ -331,7 +317,7 @@ def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, e
 
 def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int = 3) -> dict[str, Any]:
     """Set .verdict on each trajectory (in place); return the funnel, attribution and pass^k report."""
-    scenarios = _scenarios_for(ws, {t.domain for t in trajs})
+    scenarios = scenario_map(ws, {t.domain for t in trajs})
     tools: dict[str, DomainTools | None] = {}
     reasons: Counter = Counter()
     attribution: Counter = Counter()

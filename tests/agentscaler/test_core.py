@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from agentscaler.catalog import Catalog
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
-from agentscaler.toolstore import load_tools, save_tools
+from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text, read_jsonl
 
 

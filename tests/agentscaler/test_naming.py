@@ -7,7 +7,7 @@ import pytest
 from agentscaler.models import Tool
 from agentscaler.naming import column_key, plural, singular, snake, strip_role
 from tasks.discover.graph import output_keys
-from tasks.environments.rules import plan_tools
+from tasks.environments.plan import plan_tools
 
 
 @pytest.mark.parametrize("word, one", [("orders", "order"), ("categories", "category"), ("boxes", "box"),

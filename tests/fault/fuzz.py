@@ -145,7 +145,7 @@ def sft_row(messages: Any, tools: Any) -> None:
     from pydantic import ValidationError
 
     from agentscaler.models import Trajectory
-    from training.export import RowError, row_from_trajectory
+    from tasks.sft.export import row_from_trajectory, RowError
 
     TRIED["sft_row"] += 1
     try:

@@ -53,7 +53,8 @@ def synthesize_hostile(ws: Any, attack: str, canary_dir: Path) -> dict[str, Any]
 
     Returns {"failed": bool, "layer": "static" | "sandbox" | "none", "error": str, "spec": bool}."""
     from agentscaler.catalog import Catalog
-    from tasks.environments.synthesize import SynthesisError, synthesize_domain
+    from tasks.environments.synthesis import SynthesisError
+    from tasks.environments.synthesize import synthesize_domain
 
     did = "dhostile" + content_hash(attack, 8)
     record = {**RECORD, "domain": did}

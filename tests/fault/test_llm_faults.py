@@ -72,9 +72,10 @@ def _malformed(text: str) -> bool:
 def test_rollout_verify_export_under_random_faults_keep_malformed_output_out(clean_pipeline, tmp_path):
     """Real sandboxed rollouts of the clean run's scenarios against an endpoint that fails 35% of requests."""
     from agentscaler.workspace import Workspace
-    from tasks.rollouts.engine import RolloutConfig, run_rollouts
+    from tasks.rollouts.conversation import RolloutConfig
+    from tasks.rollouts.engine import run_rollouts
     from tasks.verify.verify import verify_run
-    from training.export import export_sft
+    from tasks.sft.export import export_sft
 
     src, _, _ = clean_pipeline
     ws_root = tmp_path / "ws"

@@ -19,7 +19,7 @@ from agentscaler.workspace import Workspace, file_lock
 
 
 def test_export_writes_an_empty_split(tmp_path):
-    from training.export import _to_dataset, write_stage
+    from tasks.sft.export import _to_dataset, write_stage
 
     ds = _to_dataset([])
     assert len(ds) == 0 and "messages" in ds.column_names and "tools" in ds.column_names

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 
 from agentscaler.workspace import Workspace
-from flows.closed_loop import GOLD_AGENT, choose_domains, gold_replay_run, markdown
-from tasks.rollouts.engine import load_trajectories
-from tasks.scenarios.build import build_scenarios, domain_split, load_scenarios
+from tasks.rollouts.gold import GOLD_AGENT
+from flows.closed_loop import choose_domains, gold_replay_run, markdown
+from agentscaler.artifacts import load_trajectories
+from tasks.scenarios.build import build_scenarios, domain_split
+from agentscaler.artifacts import load_scenarios
 from tests.conftest import load_shop_builder
 
 

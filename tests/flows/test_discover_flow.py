@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from agentscaler.catalog import Catalog
 from agentscaler.cli import app
 from agentscaler.models import Tool
-from agentscaler.toolstore import load_tools, save_tools
+from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.workspace import Workspace
 from flows.discover import discover_flow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentscaler.catalog import Catalog
-from agentscaler.toolstore import load_tools
+from agentscaler.artifacts import load_tools
 from agentscaler.workspace import Workspace
 from flows.ingest import ingest_flow
 

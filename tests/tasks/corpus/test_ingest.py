@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from agentscaler.models import NAME_RE
 from agentscaler.schemas import SchemaChecker
-from agentscaler.toolstore import load_tools
+from agentscaler.artifacts import load_tools
 from agentscaler.workspace import Workspace
 from tasks.corpus.ingest import build_corpus, infer_returns, ingest, normalize_name
 from tasks.corpus.common import RawTool

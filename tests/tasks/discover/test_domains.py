@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from agentscaler.models import Tool
-from agentscaler.toolstore import save_tools
+from agentscaler.artifacts import save_tools
 from agentscaler.workspace import Workspace
-from tasks.discover.domains import DiscoverConfig, discover, domain_id, find_domains, score_partition
+from tasks.discover.config import DiscoverConfig
+from tasks.discover.discover import discover
+from tasks.discover.domains import domain_id, find_domains, score_partition
 from tasks.discover.embed import embed_tools
 from tasks.discover.graph import build_graph, input_keys, output_keys
 

@@ -15,8 +15,9 @@ import pytest
 
 from agentscaler.llm import ChatReply, LLMClient, LLMFormatError
 from agentscaler.models import Tool
-from tasks.discover.llm_check import LLMDependencyChecker, llm_dependency_check, parse_decision
-from tasks.discover.domains import DiscoverConfig, find_domains
+from tasks.discover.check import llm_dependency_check, LLMDependencyChecker, parse_decision
+from tasks.discover.config import DiscoverConfig
+from tasks.discover.domains import find_domains
 from tasks.discover.embed import embed_tools
 from tasks.discover.graph import build_graph
 

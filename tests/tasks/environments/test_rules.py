@@ -6,8 +6,9 @@ from __future__ import annotations
 import ast
 
 from agentscaler.models import Tool
-from tasks.scenarios.arguments import is_valid
-from tasks.environments.rules import classify, synthesize_rules
+from agentscaler.schemas import is_valid
+from tasks.environments.plan import classify
+from tasks.environments.rules import synthesize_rules
 
 
 def T(name: str, props: dict | None = None, req: list[str] | None = None, desc: str = "", kind=None,

@@ -13,11 +13,12 @@ from typer.testing import CliRunner
 
 from agentscaler.catalog import Catalog
 from agentscaler.models import Tool
-from agentscaler.toolstore import save_tools
+from agentscaler.artifacts import save_tools
 from agentscaler.workspace import Workspace, atomic_write_json
 from envs.sandbox import unsafe_from_env
 from envs.spec import DomainSpec
-from tasks.environments.synthesize import SynthesisError, synthesize_domain
+from tasks.environments.synthesis import SynthesisError
+from tasks.environments.synthesize import synthesize_domain
 from tasks.environments.validate import validate_environment
 
 UNSAFE = unsafe_from_env()

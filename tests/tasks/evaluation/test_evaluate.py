@@ -14,7 +14,7 @@ import pytest
 from agentscaler.models import GoldCall, Scenario, Trajectory, Verdict
 from agentscaler.workspace import Workspace
 from tasks.evaluation.evaluate import eval_path, evaluate, summarize
-from tasks.rollouts.engine import RolloutConfig
+from tasks.rollouts.conversation import RolloutConfig
 from tasks.scenarios.build import build_scenarios
 from tests.conftest import load_shop_builder
 from tests.scripted_endpoint import scripted_endpoint

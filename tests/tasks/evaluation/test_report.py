@@ -9,7 +9,8 @@ from agentscaler.models import Trajectory, Verdict
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl
 from tasks.evaluation.evaluate import eval_path, summarize
 from tasks.evaluation.report import funnel, report_markdown, write_report
-from tasks.scenarios.build import build_scenarios, load_scenarios
+from tasks.scenarios.build import build_scenarios
+from agentscaler.artifacts import load_scenarios
 from tests.conftest import load_shop_builder
 
 
@@ -34,7 +35,7 @@ def _run(ws: Workspace, run_id: str) -> None:
 
 def test_funnel_counts_workspace(ws: Workspace):
     _run(ws, "r1")
-    c = funnel(ws, "r1")
+    c = funnel(ws, ["r1"])
     n = len(load_scenarios(ws))
     assert c["environments"] == 1 and c["scenarios"] == n > 0
     assert c["trajectories"] == 3 * n and 0 < c["verified"] < 3 * n and c["tools"] == 0 and c["sft_rows"] == 0

@@ -15,8 +15,10 @@ import pytest
 from agentscaler.llm_server import free_port
 from agentscaler.models import Trajectory
 from agentscaler.workspace import Workspace, read_jsonl
-from tasks.rollouts.engine import (END_REASONS, TRAJECTORIES, RolloutConfig, TrajectoryWriter, announces_action,
-                           pending_write, run_rollouts, select_scenarios, trajectory_id)
+from tasks.rollouts.conversation import announces_action, END_REASONS, pending_write, RolloutConfig, trajectory_id
+from agentscaler.artifacts import TRAJECTORIES
+from tasks.rollouts.writer import TrajectoryWriter
+from tasks.rollouts.engine import run_rollouts, select_scenarios
 from tasks.scenarios.build import build_scenarios
 from tasks.rollouts.users import NUDGE
 from tasks.verify.verify import verify_run
@@ -181,17 +183,19 @@ def test_cli_rollout_and_verify(ws: Workspace) -> None:
 
 
 @pytest.mark.slow
-def test_prefect_rollout_task_one_domain_batch(ws: Workspace, prefect_harness) -> None:
-    """The thin Prefect task (one domain's batch) in a real flow, against the scripted endpoint."""
+def test_prefect_experience_task_one_domain_batch(ws: Workspace, prefect_harness) -> None:
+    """flows/collect_experience's Prefect task (one domain's batch: rollouts, then verification) in a
+    real flow, against the scripted endpoint."""
     from prefect import flow
 
-    from tasks.rollouts.engine import rollout_task
+    from flows.collect_experience import experience_task
 
     with scripted_server(ws) as url:
         @flow
         def one() -> dict:
-            return rollout_task(str(ws.root), "shop", url, "prefect", model="scripted", split="all", max_scenarios=2,
-                                cfg=_cfg().model_dump(), use_cache=False)
+            return experience_task("shop", str(ws.root), [url], "prefect", "scripted", 1, "all", 2,
+                                   _cfg().model_dump(), 2)
 
         rep = one()
-    assert rep["written"] == 2 and rep["end_reasons"] == {"user_stop": 2}
+    assert rep["run_id"] == "prefect--shop" and rep["rollout"]["written"] == 2
+    assert rep["trajectories"] == 2 and rep["passed"] == 2

@@ -10,7 +10,8 @@ from jsonschema import Draft202012Validator, FormatChecker
 
 from envs.spec import ToolSpec
 from agentscaler.naming import column_key
-from tasks.scenarios.arguments import gen_value, sample_arguments
+from tasks.scenarios.values import gen_value
+from tasks.scenarios.arguments import sample_arguments
 
 
 def _tool(props: dict, required: list[str] | None = None, name: str = "t") -> ToolSpec:

@@ -16,10 +16,13 @@ from agentscaler.schemas import errors
 from agentscaler.workspace import Workspace, read_jsonl
 from envs.spec import DomainSpec
 from tasks.scenarios.intents import check_intent
-from tasks.scenarios.build import (
-    ScenarioParams, StateView, adjacency, build_scenarios, domain_split, generate, ground_arguments,
-    load_scenarios, plan_walk, replay, sample_from_schema, scenario_id,
-)
+from tasks.scenarios.config import ScenarioParams
+from tasks.scenarios.arguments import ground_arguments, StateView
+from tasks.scenarios.walks import adjacency, plan_walk
+from tasks.scenarios.build import build_scenarios, domain_split, generate
+from agentscaler.artifacts import load_scenarios
+from tasks.scenarios.execute import replay, scenario_id
+from tasks.scenarios.values import sample_from_schema
 from tests.data.domains.shop.build import build_shop
 
 
@@ -274,21 +277,3 @@ def test_cli_scenarios_and_show(tmp_path: Path) -> None:
     assert len(rows) == 6
     assert set(rows[0]) == {"id", "domain", "read_only", "gold_calls", "gold_hash", "intent"}
     assert set(rows[0]["gold_calls"][0]) == {"name", "arguments"}
-
-
-@pytest.mark.slow
-def test_prefect_task_in_a_flow(tmp_path: Path, prefect_harness) -> None:
-    """The thin Prefect wrapper in a real (ephemeral) Prefect run: one task run per domain."""
-    from prefect import flow
-
-    from tasks.scenarios.build import scenarios_task
-
-    ws = Workspace(tmp_path / "ws")
-    build_shop(ws.domain_dir("shop"))
-
-    @flow
-    def one() -> dict:
-        return scenarios_task(str(ws.root), "shop", per_domain=4, max_length=3, seed=0)
-
-    report = one()
-    assert report["kept"] == 4 and len(read_jsonl(ws.domain_dir("shop") / "scenarios.jsonl")) == 4

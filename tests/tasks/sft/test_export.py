@@ -7,8 +7,9 @@ import json
 import pytest
 from datasets import Dataset, load_from_disk
 
+from agentscaler.workspace import Workspace
+from tasks.sft.export import RowError, normalize_messages, stage_of
 from tests.sft_fixtures import TOOLS
-from training.export import RowError, normalize_messages, stage_of
 
 
 def test_counts_by_stage_and_reason(exported):
@@ -47,7 +48,7 @@ def test_rows_have_dict_arguments_named_tools_and_uncorrupted_schemas(exported):
 
 
 def test_rerun_is_skipped_and_target_list_moves_domains(exported, tokenizer):
-    from training.export import export_sft
+    from tasks.sft.export import export_sft
 
     ws, report, _ = exported
     again = export_sft(ws, tokenizer=tokenizer, max_length=1024)
@@ -78,10 +79,11 @@ def test_normalize_rejects_bad_messages_with_reasons():
 
 def test_excluded_scenarios_stay_out_and_are_counted(exported, tokenizer, tmp_path):
     """Held-out (evaluation) and contaminated scenarios never become training rows."""
-    from training.export import build_rows, iter_trajectory_files
+    from agentscaler.artifacts import trajectory_files
+    from tasks.sft.export import build_rows
 
     ws, report, _ = exported
-    files = iter_trajectory_files(ws)
+    files = trajectory_files(ws)
     kept_ids = {r["scenario_id"] for st in build_rows(files, tokenizer, max_length=1024)[0].values()
                 for rows in st.values() for r in rows}
     heldout, flagged = sorted(kept_ids)[:1], sorted(kept_ids)[1:2]
@@ -90,3 +92,23 @@ def test_excluded_scenarios_stay_out_and_are_counted(exported, tokenizer, tmp_pa
     left = {r["scenario_id"] for st in splits.values() for rows in st.values() for r in rows}
     assert left == kept_ids - set(exclude)
     assert rep["dropped"]["heldout_scenario"] >= 1 and rep["dropped"]["contaminated"] >= 1
+
+
+def test_export_itself_leaves_out_heldout_and_contaminated_scenarios(tokenizer, tmp_path):
+    """No caller can skip the exclusions: export_sft reads the scenarios' split and the contamination flags."""
+    from agentscaler.models import Scenario
+    from agentscaler.workspace import atomic_write_json, atomic_write_jsonl
+    from tasks.sft.export import export_sft
+    from tests.sft_fixtures import traj, write_rollouts
+
+    ws = Workspace(tmp_path / "ws")
+    write_rollouts(ws)
+    held, flagged = traj("dshop", 1).scenario_id, traj("dshop", 2).scenario_id
+    atomic_write_json(ws.domain_dir("dshop") / "spec.json", {})  # a finished environment (only its scenarios are read)
+    atomic_write_jsonl(ws.domain_dir("dshop") / "scenarios.jsonl", [Scenario(
+        id=held, domain="dshop", read_only=True, intent="x", gold_calls=[], gold_hash="h", seed_hash="h",
+        split="heldout").model_dump(mode="json")])
+    atomic_write_json(ws.reports_dir / "contamination.json", {"flags": [{"scenario": flagged}]})
+    rep = export_sft(ws, tokenizer=tokenizer, max_length=1024)
+    assert rep["dropped"]["heldout_scenario"] == 1 and rep["dropped"]["contaminated"] == 1
+    assert rep["kept"]["stage1"]["train"] + rep["kept"]["stage1"]["eval"] == 10

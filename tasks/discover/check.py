@@ -1,26 +1,89 @@
-"""LLM dependency check of a domain (issue 3 item 4; the paper's "an LLM then checks the
-dependencies inside each domain").
+"""The dependency check of a domain: which of its edges are real dependencies, which tools do not belong.
 
-Per domain the model sees the member tools and the candidate edges (with the rule-based check's
-reason) and answers, in strict JSON, which edges are real dependencies and which tools do not
-belong. The decision and the model's reason are recorded per edge and per dropped tool
-(`"by": "llm"`). A reply that is not the requested JSON, or that names unknown edges or tools,
-is a format error: the domain keeps the rule-based decisions (tasks.discover.domains.dependency_check)
-and the error and raw reply are recorded (`"by": "rules"`, fallback_reason).
+Rules first (always): an edge is confirmed when it is dataflow (an output key feeds a required
+input), or similar with a shared parameter/output key, or strongly similar; a tool with no
+confirmed edge that sits far from the rest of its domain is dropped.
 
-`LLMDependencyChecker` plugs into `tasks.discover.domains.find_domains(..., checker=...)` /
-`discover(..., checker=...)`; `llm_dependency_check` is the plain async function on names.
+Then, optionally, an LLM (the paper's "an LLM then checks the dependencies inside each domain";
+`agentscaler discover --llm-check`): per domain the model sees the member tools and the
+candidate edges (with the rules' reason) and answers, in strict JSON, which edges are real and
+which tools do not belong. Its decision and reason are recorded per edge and per dropped tool
+(`"by": "llm"`). A reply that is not the requested JSON, or that names unknown edges or tools, is
+a format error: the domain keeps the rules' decisions, with the error and raw reply recorded
+(`"by": "rules"`, fallback_reason). `LLMDependencyChecker` counts what the check cost.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import time
 from typing import Any
+
+import numpy as np
 
 from agentscaler.llm import LLMClient, LLMError, LLMFormatError, parse_json_reply
 from agentscaler.models import Tool
-from tasks.discover import llm_check_prompt as P
+from agentscaler.naming import snake
+from tasks.discover import check_prompt as P
+from tasks.discover.config import DiscoverConfig
+from tasks.discover.graph import GENERIC_KEYS, input_keys, output_keys, unit
+
+
+# --- rules ----------------------------------------------------------------------------------------
+
+def dependency_check(members: np.ndarray, tools: list[Tool], vecs: np.ndarray, edges: list[tuple[int, int, str, float, str]],
+                     cfg: DiscoverConfig) -> tuple[list[int], list[dict], list[dict]]:
+    """Rule-based check of one domain. Returns (kept members, edge decisions, dropped tools with reasons).
+
+    An edge is a confirmed dependency when it is dataflow (an output key feeds a required input),
+    or similar with a shared parameter/output key, or similar with cosine >= threshold + 0.1.
+    A tool with no confirmed edge is dropped when its cosine to the rest of the domain is below
+    drop_min_sim (it landed here by proximity, not by dependency).
+    """
+    keys = {int(i): input_keys(tools[i]) | output_keys(tools[i]) | _param_keys(tools[i]) for i in members}
+    decisions, confirmed_nodes = [], set()
+    for a, b, kind, w, key in edges:
+        if kind == "dataflow":
+            ok, why = True, f"output '{key}' of {tools[a].name} feeds required input of {tools[b].name}"
+        else:
+            shared = sorted(keys[a] & keys[b])
+            if shared:
+                ok, why = True, f"similar parameters sharing {', '.join(shared[:3])} (cos {w:.2f})"
+            elif w >= cfg.threshold + 0.1:
+                ok, why = True, f"strongly similar (cos {w:.2f})"
+            else:
+                ok, why = False, f"weakly similar, no shared key (cos {w:.2f})"
+        decisions.append({"src": tools[a].name, "dst": tools[b].name, "kind": kind, "weight": round(float(w), 4),
+                          "confirmed": ok, "reason": why})
+        if ok:
+            confirmed_nodes.update((a, b))
+    kept, dropped = [], []
+    if len(members) < 3:
+        return [int(m) for m in members], decisions, dropped
+    total = vecs[members].sum(axis=0)
+    for m in members:
+        m = int(m)
+        if m in confirmed_nodes:
+            kept.append(m)
+            continue
+        rest = unit(total - vecs[m])
+        sim = float(vecs[m] @ rest)
+        if sim < cfg.drop_min_sim:
+            dropped.append({"name": tools[m].name, "tool": tools[m].id,
+                            "reason": f"no confirmed dependency and cos {sim:.2f} to the domain < {cfg.drop_min_sim}"})
+        else:
+            kept.append(m)
+    if not kept:  # never empty a domain by the check alone
+        return [int(m) for m in members], decisions, []
+    return kept, decisions, dropped
+
+
+def _param_keys(tool: Tool) -> set[str]:
+    props = tool.parameters.get("properties") if isinstance(tool.parameters, dict) else None
+    return {k for k in (snake(p) for p in (props or {})) if k and k not in GENERIC_KEYS}
+
+
+# --- LLM ------------------------------------------------------------------------------------------
 
 STAGE = "dependency_check"
 MAX_EDGES = 80  # edges shown to the model per domain; the rest keep the rule-based decision
@@ -102,21 +165,26 @@ async def llm_dependency_check(client: LLMClient, tools: list[Tool], decisions: 
 
 class LLMDependencyChecker:
     """`checker` for tasks.discover.domains.find_domains: replaces the rule-based decisions of each domain
-    with the model's, falling back to the rule-based ones on a format error. Keeps counts in
-    `.stats` and every domain's outcome in `.log`."""
+    with the model's, falling back to the rule-based ones on a format error. Keeps counts and the
+    cost (requests, tokens, seconds) in `.stats` and every domain's outcome in `.log`."""
 
     def __init__(self, client: LLMClient, max_tokens: int = 1024, json_schema: bool = True):
         self.client, self.max_tokens, self.json_schema = client, max_tokens, json_schema
         self.stats = {"domains": 0, "by_llm": 0, "fallbacks": 0, "edges_flipped": 0, "dropped": 0,
-                      "prompt_tokens": 0, "completion_tokens": 0}
+                      "requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
         self.log: list[dict[str, Any]] = []
 
     def __call__(self, members, tools: list[Tool], decisions: list[dict], kept: list[int],
                  dropped: list[dict]) -> tuple[list[int], list[dict], list[dict]]:
         members = [int(m) for m in members]
         member_tools = [tools[m] for m in members]
-        res = asyncio.run(llm_dependency_check(self.client, member_tools, decisions, self.max_tokens,
-                                               self.json_schema))
+        t0 = time.perf_counter()
+        try:
+            res = asyncio.run(llm_dependency_check(self.client, member_tools, decisions, self.max_tokens,
+                                                   self.json_schema))
+        finally:
+            self.stats["requests"] += 1
+            self.stats["seconds"] = round(self.stats["seconds"] + time.perf_counter() - t0, 3)
         self.stats["domains"] += 1
         self.stats["prompt_tokens"] += res["usage"].get("prompt_tokens", 0)
         self.stats["completion_tokens"] += res["usage"].get("completion_tokens", 0)
@@ -137,7 +205,3 @@ class LLMDependencyChecker:
         entry["dropped"] = [d["name"] for d in new_dropped]
         self.log.append(entry)
         return new_kept, res["decisions"], new_dropped
-
-
-def summary(checker: LLMDependencyChecker) -> str:
-    return json.dumps(checker.stats, sort_keys=True)

@@ -1,4 +1,4 @@
-"""Prompt of the LLM dependency check (tasks/discover/llm_check.py)."""
+"""Prompt of the LLM dependency check (tasks/discover/check.py)."""
 
 SYSTEM = """You check the tool dependency graph of an API domain. A dependency src -> dst is real
 when an output of src is a natural input of dst in one user task (e.g. search_products returns a

@@ -1,0 +1,139 @@
+"""Readers of the workspace's artifacts (and the writer of the tool corpus): one per file.
+
+Every stage that needs another stage's output reads it here, so a file's format is parsed in
+one place (docs/ARCHITECTURE.md lists which stage writes which file):
+
+    corpus/tools.parquet                   save_tools / load_tools
+    graph/domains.json                     load_domains
+    domains/<id>/scenarios.jsonl           load_scenarios, scenario_map
+    rollouts/<run>/trajectories.jsonl      trajectory_files, read_trajectories, load_trajectories
+    reports/contamination.json             contaminated_ids
+
+A bad line of a JSON Lines file is skipped by the loaders (a torn last line after a crash) and
+reported with its file and line by `read_trajectories`, never raised.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import ValidationError
+
+from agentscaler.models import Scenario, Tool, Trajectory
+from agentscaler.workspace import Workspace, atomic_write_bytes, read_jsonl
+
+SCENARIOS = "scenarios.jsonl"
+TRAJECTORIES = "trajectories.jsonl"
+CONTAMINATION = "contamination.json"
+
+# --- corpus/tools.parquet: one row per Tool; JSON fields as strings ---------------------------
+
+_JSON_FIELDS = ("parameters", "returns")
+COLUMNS = list(Tool.model_fields)
+
+
+def save_tools(path: Path, tools: list[Tool]) -> Path:
+    rows = []
+    for t in tools:
+        row = t.model_dump()
+        for f in _JSON_FIELDS:
+            row[f] = json.dumps(row[f], sort_keys=True) if row[f] is not None else None
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def load_tools(path: Path) -> list[Tool]:
+    df = pd.read_parquet(path)
+    tools = []
+    for row in df.to_dict(orient="records"):
+        for f in _JSON_FIELDS:
+            row[f] = json.loads(row[f]) if isinstance(row.get(f), str) else None
+        row = {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}  # NaN -> None
+        tools.append(Tool.model_validate(row))
+    return tools
+
+
+# --- graph/domains.json ---------------------------------------------------------------------------
+
+def load_domains(ws: Workspace) -> list[dict[str, Any]]:
+    """The discovered domain records [{"domain", "tools", "names", "edges"}] ([] before discovery).
+    Raises ValueError when the file is not a JSON list."""
+    if not ws.domains_path.exists():
+        return []
+    data = json.loads(ws.domains_path.read_text("utf-8"))
+    if not isinstance(data, list):
+        raise ValueError(f"{ws.domains_path}: expected a JSON list of domain records")
+    return data
+
+
+# --- domains/<id>/scenarios.jsonl -----------------------------------------------------------------
+
+def load_scenarios(ws: Workspace, domain_id: str | None = None) -> list[Scenario]:
+    """Scenarios on disk, of one domain or of every finished environment."""
+    out: list[Scenario] = []
+    for d in [domain_id] if domain_id else ws.domain_ids():
+        p = ws.domain_dir(d) / SCENARIOS
+        if p.exists():
+            out.extend(Scenario.model_validate(r) for r in read_jsonl(p))
+    return out
+
+
+def scenario_map(ws: Workspace, domains: Iterable[str] | None = None) -> dict[str, Scenario]:
+    """Scenario id -> Scenario over some domains (default all): how trajectories find their scenario."""
+    return {s.id: s for d in (sorted(domains) if domains is not None else ws.domain_ids())
+            for s in load_scenarios(ws, d)}
+
+
+# --- rollouts/<run>/trajectories.jsonl ------------------------------------------------------------
+
+def trajectory_files(ws: Workspace, run_ids: list[str] | None = None) -> list[Path]:
+    """The trajectory files of some runs (None: every run), those that exist."""
+    base = ws.root / "rollouts"
+    if run_ids is not None:
+        return [base / r / TRAJECTORIES for r in run_ids if (base / r / TRAJECTORIES).exists()]
+    return sorted(base.glob(f"*/{TRAJECTORIES}"))
+
+
+def read_trajectories(path: Path) -> Iterator[tuple[str, Trajectory | None, str | None, str]]:
+    """(where, trajectory, reason, detail) for each non-empty line of a trajectories file.
+
+    A line that cannot be read has trajectory None and reason "malformed_json" (not JSON, such as
+    a torn last line) or "invalid_trajectory" (JSON, but not a Trajectory); `where` is file:line."""
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                yield where, Trajectory.model_validate_json(line), None, ""
+            except ValidationError as exc:
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError as jexc:
+                    yield where, None, "malformed_json", f"not JSON ({jexc.msg})"
+                    continue
+                yield where, None, "invalid_trajectory", str(exc).splitlines()[0]
+
+
+def load_trajectories(ws: Workspace, run_id: str) -> list[Trajectory]:
+    """A run's trajectories (unreadable lines skipped; [] when the run has no file)."""
+    path = ws.rollout_dir(run_id) / TRAJECTORIES
+    return [t for _, t, _, _ in read_trajectories(path) if t is not None] if path.exists() else []
+
+
+# --- reports/contamination.json -------------------------------------------------------------------
+
+def contaminated_ids(ws: Workspace) -> set[str]:
+    """Scenario ids flagged by the last contamination check (empty when none was run)."""
+    path = ws.reports_dir / CONTAMINATION
+    if not path.exists():
+        return set()
+    return {f["scenario"] for f in json.loads(path.read_text("utf-8")).get("flags", [])}

@@ -1,0 +1,119 @@
+"""The discover stage: tools -> vectors -> tool graph -> domains -> graph/domains.json.
+
+tools (corpus/tools.parquet) -> vectors (tasks.discover.embed) -> graph (tasks.discover.graph:
+graph.pickle, edges.parquet) -> domains (tasks.discover.domains, with the dependency check of
+tasks.discover.check; optionally the LLM check) -> graph/domains.json, graph/report.json,
+reports/domains.png. A re-run with the same tools and config is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import igraph as ig
+import numpy as np
+
+from agentscaler.artifacts import load_tools
+from agentscaler.hashing import content_hash
+from agentscaler.models import Tool
+from agentscaler.plots import pyplot, save_png
+from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
+from tasks.discover.config import DiscoverConfig
+from tasks.discover.domains import find_domains
+from tasks.discover.embed import embed_tools
+from tasks.discover.graph import build_graph, save_graph
+
+
+def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig | None = None,
+             force: bool = False, draw: bool = True, checker: Any = None) -> dict[str, Any]:
+    """The whole stage on plain functions: tools (default corpus/tools.parquet) -> graph/domains.json.
+
+    Skips the work when graph/report.json already records the same tools and config (unless force).
+    `checker`: a second check after the rules' (tasks.discover.check.LLMDependencyChecker); its
+    cost (requests, tokens, seconds) goes into the summary as "llm_check".
+    """
+    cfg = (cfg or DiscoverConfig()).resolved()
+    t0 = time.perf_counter()
+    if tools is None:
+        if not ws.tools_path.exists():
+            raise FileNotFoundError(f"no tool corpus at {ws.tools_path}: run the ingest stage first")
+        tools = load_tools(ws.tools_path)
+    tools = [t if t.id else t.with_id() for t in tools]
+    key: dict[str, Any] = {"tools": sorted(t.id for t in tools), "config": cfg.model_dump()}
+    if checker is not None:  # a second (LLM) check gives other domains: never reuse a rules-only run
+        key["checker"] = type(checker).__name__
+    input_hash = content_hash(key)
+    report_path = ws.graph_dir / "report.json"
+    if not force and ws.domains_path.exists() and report_path.exists():
+        old = json.loads(report_path.read_text())
+        if old.get("input_hash") == input_hash:
+            return {**old["summary"], "skipped": True}
+    timings = {}
+    t = time.perf_counter()
+    vecs, estats = embed_tools(tools, cfg.embedding, ws.cache_dir, cfg.param_weight)
+    timings["embed_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    g = build_graph(tools, vecs, cfg.threshold, cfg.top_k, cfg.flow_min_sim)
+    gstats = save_graph(g, ws.graph_dir)
+    timings["graph_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    records, dreport = find_domains(tools, vecs, g, cfg, checker=checker)
+    if checker is not None and hasattr(checker, "stats"):
+        dreport["second_check"] = {"checker": type(checker).__name__, **checker.stats}
+    timings["domains_s"] = time.perf_counter() - t
+    atomic_write_json(ws.domains_path, records)
+    t = time.perf_counter()
+    if draw:
+        png = draw_domains(records, g, tools, ws.reports_dir / "domains.png")
+        atomic_write_bytes(ws.graph_dir / "domains.png", png.read_bytes())
+    timings["draw_s"] = time.perf_counter() - t
+    timings["total_s"] = time.perf_counter() - t0
+    timings = {k: round(v, 3) for k, v in timings.items()}
+    summary = {"tools": len(tools), "domains": len(records), "kept_tools": sum(len(r["tools"]) for r in records),
+               "dropped": dreport["dropped"], "modularity": dreport["modularity"],
+               "edges": gstats, "embedding": estats, "timings": timings, "skipped": False}
+    if checker is not None and hasattr(checker, "stats"):
+        summary["llm_check"] = dict(checker.stats)
+    atomic_write_json(report_path, {"input_hash": input_hash, "config": cfg.model_dump(), "summary": summary, **dreport})
+    return summary
+
+
+def draw_domains(records: list[dict], g, tools: list[Tool], path: Path, max_domains: int = 150) -> Path:
+    """PNG of the domain graph: one node per domain (area ~ tools), edges = cross-domain links."""
+    plt = pyplot()
+    top = records[:max_domains]
+    where = {}
+    for ci, r in enumerate(top):
+        for tid in r["tools"]:
+            where[tid] = ci
+    ids = g.vs["tool_id"] if g.vcount() else []
+    links: Counter = Counter()
+    for a, b in g.get_edgelist():
+        ca, cb = where.get(ids[a]), where.get(ids[b])
+        if ca is not None and cb is not None and ca != cb:
+            links[(min(ca, cb), max(ca, cb))] += 1
+    dg = ig.Graph(n=len(top), edges=list(links), directed=False)
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(14, 7), gridspec_kw={"width_ratios": [3, 1]})
+    if len(top):
+        random.seed(0)
+        coords = np.asarray(dg.layout_fruchterman_reingold(seed=None) if dg.ecount() else dg.layout_circle().coords)
+        coords = np.asarray(coords, float).reshape(len(top), 2)
+        for (a, b), c in links.items():
+            ax.plot(coords[[a, b], 0], coords[[a, b], 1], color="0.7", lw=min(0.3 + 0.2 * c, 3), zorder=1)
+        sizes = np.asarray([len(r["tools"]) for r in top])
+        ax.scatter(coords[:, 0], coords[:, 1], s=20 + 15 * sizes, c=np.arange(len(top)), cmap="tab20", zorder=2,
+                   edgecolors="k", linewidths=0.5)
+        for ci, r in enumerate(top[:30]):
+            ax.annotate(f"{r['names'][0][:18]} (+{len(r['names']) - 1})", coords[ci], fontsize=7, zorder=3)
+    ax.set_title(f"{len(records)} domains ({len(top)} largest shown): node area ~ tools, edges = cross-domain links")
+    ax.axis("off")
+    hist = Counter(len(r["tools"]) for r in records)
+    ax2.bar(list(hist), list(hist.values()))
+    ax2.set_xlabel("tools per domain")
+    ax2.set_ylabel("domains")
+    return save_png(fig, path, dpi=90)

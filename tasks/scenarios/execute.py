@@ -1,0 +1,141 @@
+"""Gold execution of a walk in the sandboxed environment: grounded arguments call by call, then a replay.
+
+Tool code never runs here: every call goes through `envs.episode.Environment` (the sandbox).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from typing import Any
+
+from agentscaler.hashing import content_hash
+from agentscaler.schemas import errors
+from envs.spec import DomainSpec
+from tasks.scenarios.arguments import StateView, ground_arguments
+from tasks.scenarios.config import ScenarioParams
+
+class Dropped(Exception):
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+def _result(res: Any) -> tuple[bool, Any, str | None]:
+    return bool(res.ok), res.content, res.error
+
+
+class GoldEpisode:
+    """An Environment and whether its state may differ from the seed.
+
+    Reads run in a transaction the runtime rolls back, and failed calls leave no trace, so the
+    state is dirty only after a successful write: a reset is sent only then (fewer round trips
+    to the sandbox worker). Replays re-measure the final hash, so a tool that breaks this
+    promise is caught there, not trusted.
+    """
+
+    def __init__(self, env: Any):
+        self.env, self.dirty = env, True
+
+    def fresh(self) -> None:
+        if self.dirty:
+            self.env.reset()
+            self.dirty = False
+
+
+def _episode(env: Any) -> GoldEpisode:
+    return env if isinstance(env, GoldEpisode) else GoldEpisode(env)
+
+
+def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView, rng: random.Random,
+                 params: ScenarioParams, seed_hash: str, seen_calls: set[str] | None = None
+                 ) -> tuple[list[dict[str, Any]], str, Counter]:
+    """Run a walk in a fresh episode, grounding each call on the outputs so far.
+
+    Returns (calls, final_hash, counters); raises Dropped. A failing call is retried with new
+    arguments (a failed call leaves the state unchanged); a read repeating an earlier call with
+    no write in between is resampled (it would tell the agent nothing new). The final hash is
+    the hash after the last write (the seed's for a read-only walk); `replay` re-measures it.
+    `seen_calls` holds the call keys (`calls_key`) of kept scenarios: the last call's arguments
+    are resampled rather than run when they would complete a duplicate.
+    """
+    ep = _episode(env)
+    env = ep.env
+    ep.fresh()
+    tools = {t.name: t for t in spec.tools}
+    calls: list[dict[str, Any]] = []
+    outputs: list[Any] = []
+    cur_hash = seed_hash
+    counts: Counter = Counter()
+    since_write: set[str] = set()
+    for i, name in enumerate(names):
+        tool = tools[name]
+        last = i == len(names) - 1
+        ok, last_error, tried, dup = False, "", 0, 0
+        for _ in range(params.arg_retries):
+            args, sources = ground_arguments(tool, state, outputs, rng, params.optional_prob, spec.clock)
+            errs = errors(args, tool.parameters or {"type": "object"})
+            if errs:
+                counts["invalid_arguments"] += 1
+                last_error = "; ".join(errs)
+                continue
+            key = json.dumps([name, args], sort_keys=True)
+            if tool.kind == "read" and key in since_write:
+                counts["repeat_resampled"] += 1
+                continue
+            if last and seen_calls and calls_key(calls + [{"name": name, "arguments": args}]) in seen_calls:
+                dup += 1
+                continue
+            tried += 1
+            ok, content, error = _result(env.call(name, args))
+            if ok:
+                break
+            counts["call_retried"] += 1
+            last_error = error or "tool error"
+        if not ok:
+            if not tried and dup:
+                raise Dropped("duplicate", name)
+            if not tried and counts["invalid_arguments"]:
+                raise Dropped("invalid_arguments", f"{name}: {last_error}"[:300])
+            raise Dropped("call_failed", f"{name}: {last_error}"[:300])
+        if tool.kind == "write":
+            ep.dirty = True
+            h = env.state_hash()
+            if h == cur_hash:
+                raise Dropped("noop_write", name)
+            cur_hash = h
+            since_write.clear()
+        else:
+            since_write.add(key)
+        counts["chained_args"] += sum(v == "output" for v in sources.values())
+        calls.append({"name": name, "arguments": args, "output": content, "kind": tool.kind, "sources": sources})
+        outputs.append(content)
+    return calls, cur_hash, counts
+
+
+def replay(env: Any, calls: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+    """Run gold calls in a fresh episode: (final hash, outputs). Raises Dropped on a failing call."""
+    ep = _episode(env)
+    env = ep.env
+    ep.fresh()
+    ep.dirty = any(c.get("kind", "write") == "write" for c in calls)
+    pairs = [(c["name"], c["arguments"]) for c in calls]
+    batch = getattr(env, "call_batch", None)  # one pipe round trip when the runtime offers it
+    results = batch(pairs) if batch is not None else [env.call(n, a) for n, a in pairs]
+    outs: list[Any] = []
+    for (name, _), res in zip(pairs, results):
+        ok, content, error = _result(res)
+        if not ok:
+            raise Dropped("nondeterministic", f"{name} failed on replay: {error}")
+        outs.append(content)
+    return env.state_hash(), outs
+
+
+def calls_key(calls: list[dict[str, Any]]) -> str:
+    return content_hash([[c["name"], c["arguments"]] for c in calls])
+
+
+def scenario_id(domain: str, calls: list[dict[str, Any]], gold_hash: str) -> str:
+    return content_hash({"domain": domain, "gold_calls": [{"name": c["name"], "arguments": c["arguments"]} for c in calls],
+                         "gold_hash": gold_hash})

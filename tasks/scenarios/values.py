@@ -1,0 +1,282 @@
+"""Values valid against a JSON Schema (enum, const, format, type, range), realistic for a field's name.
+
+`gen_value` fills seed databases (tasks.environments.seed) and the schema step of argument
+grounding, so seed values are valid arguments by construction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import uuid
+from typing import Any
+
+from agentscaler.naming import snake
+from agentscaler.schemas import is_valid
+
+_FIRST = ["Ada", "Alan", "Grace", "Linus", "Barbara", "Ken", "Margaret", "Dennis", "Frances", "Edsger",
+          "Radia", "Donald", "Katherine", "John", "Hedy", "Tim"]
+_LAST = ["Lovelace", "Turing", "Hopper", "Torvalds", "Liskov", "Thompson", "Hamilton", "Ritchie", "Allen",
+         "Dijkstra", "Perlman", "Knuth", "Johnson", "McCarthy", "Lamarr", "Berners-Lee"]
+_CITIES = ["Paris", "Berlin", "Tokyo", "Lagos", "Lima", "Austin", "Oslo", "Seoul", "Nairobi", "Denver"]
+_COUNTRIES = ["France", "Germany", "Japan", "Nigeria", "Peru", "USA", "Norway", "Korea", "Kenya", "Canada"]
+_WORDS = ["alpha", "blue", "cedar", "delta", "ember", "falcon", "garnet", "harbor", "iris", "juniper",
+          "kestrel", "lumen", "maple", "nova", "onyx", "pine", "quartz", "river", "sierra", "tango"]
+_NOUNS = ["Mug", "Lamp", "Notebook", "Chair", "Backpack", "Kettle", "Monitor", "Jacket", "Bottle", "Speaker"]
+_CURRENCIES = ["USD", "EUR", "JPY", "GBP", "CHF"]
+_LANGS = ["en", "fr", "de", "es", "ja"]
+
+
+
+def _schema_type(schema: dict[str, Any]) -> str:
+    t = schema.get("type")
+    if isinstance(t, list):
+        t = next((x for x in t if x != "null"), "null")
+    if t is None:
+        if "properties" in schema:
+            return "object"
+        if "items" in schema:
+            return "array"
+        return "string"
+    return t
+
+
+def _string_for(name: str, schema: dict[str, Any], rng: random.Random) -> str:
+    fmt = schema.get("format")
+    n = snake(name)
+    if fmt == "email" or "email" in n:
+        return f"{rng.choice(_FIRST).lower()}.{rng.choice(_LAST).lower()}{rng.randint(1, 99)}@example.com"
+    if fmt == "date-time" or n.endswith(("_at", "datetime", "timestamp")):
+        d = dt.datetime(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 365), minutes=rng.randint(0, 1439))
+        return d.strftime("%Y-%m-%dT%H:%M:%S") + ("Z" if fmt == "date-time" else "")
+    if fmt == "date" or n.endswith("date") or n in ("day", "birthday", "dob"):
+        return (dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 365))).isoformat()
+    if fmt == "time" or n.endswith("_time") or n == "time":
+        return f"{rng.randint(0, 23):02d}:{rng.choice([0, 15, 30, 45]):02d}:00"
+    if fmt in ("uri", "url") or "url" in n or "link" in n or "website" in n:
+        return f"https://example.com/{rng.choice(_WORDS)}/{rng.randint(1, 999)}"
+    if fmt == "uuid":
+        return "%08x-%04x-4%03x-8%03x-%012x" % (rng.getrandbits(32), rng.getrandbits(16), rng.getrandbits(12),
+                                               rng.getrandbits(12), rng.getrandbits(48))
+    if fmt == "ipv4" or n in ("ip", "ip_address"):
+        return ".".join(str(rng.randint(1, 254)) for _ in range(4))
+    if "phone" in n:
+        return f"+1-555-{rng.randint(100, 999)}-{rng.randint(1000, 9999)}"
+    if n.endswith("_id") or n == "id" or n.endswith("_uuid"):
+        return f"{n.split('_')[0][:3]}_{rng.randint(100, 999)}"
+    if n in ("first_name", "firstname", "given_name"):
+        return rng.choice(_FIRST)
+    if n in ("last_name", "lastname", "surname", "family_name"):
+        return rng.choice(_LAST)
+    if n in ("name", "full_name", "username", "user_name", "author", "owner", "customer", "receiver",
+             "recipient", "sender", "contact", "person"):
+        return f"{rng.choice(_FIRST)} {rng.choice(_LAST)}"
+    if "city" in n or "location" in n or n in ("origin", "destination", "place", "region"):
+        return rng.choice(_CITIES)
+    if "country" in n:
+        return rng.choice(_COUNTRIES)
+    if "currency" in n:
+        return rng.choice(_CURRENCIES)
+    if n in ("lang", "language", "locale"):
+        return rng.choice(_LANGS)
+    if n in ("title", "product", "product_name", "item", "item_name", "product_title"):
+        return f"{rng.choice(_WORDS).title()} {rng.choice(_NOUNS)}"
+    if "password" in n:
+        return f"pw-{rng.choice(_WORDS)}-{rng.randint(1000, 9999)}"
+    if n in ("description", "text", "message", "content", "body", "comment", "note", "notes", "query",
+             "keyword", "keywords", "search", "q", "prompt", "reason", "subject", "summary"):
+        return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 3)))
+    return f"{rng.choice(_WORDS)}-{rng.randint(1, 99)}"
+
+
+def _fit_length(s: str, schema: dict[str, Any]) -> str:
+    lo, hi = schema.get("minLength"), schema.get("maxLength")
+    if isinstance(hi, int) and len(s) > hi:
+        s = s[:hi]
+    if isinstance(lo, int) and len(s) < lo:
+        s = s + "x" * (lo - len(s))
+    return s
+
+
+def _number(schema: dict[str, Any], rng: random.Random, integer: bool, name: str) -> int | float:
+    lo = schema.get("minimum")
+    hi = schema.get("maximum")
+    xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    if isinstance(xlo, (int, float)) and not isinstance(xlo, bool):
+        lo = xlo + (1 if integer else 1e-3) if lo is None else max(lo, xlo + (1 if integer else 1e-3))
+    if isinstance(xhi, (int, float)) and not isinstance(xhi, bool):
+        hi = xhi - (1 if integer else 1e-3) if hi is None else min(hi, xhi - (1 if integer else 1e-3))
+    n = snake(name)
+    if lo is None and hi is None:
+        if any(k in n for k in ("year",)):
+            lo, hi = 1990, 2024
+        elif any(k in n for k in ("lat",)):
+            lo, hi = -80, 80
+        elif any(k in n for k in ("lon", "lng")):
+            lo, hi = -170, 170
+        elif any(k in n for k in ("limit", "count", "num", "quantity", "size", "top", "page")):
+            lo, hi = 1, 10
+        elif any(k in n for k in ("price", "amount", "cost", "balance", "total", "salary", "budget")):
+            lo, hi = 5, 500
+        else:
+            lo, hi = 1, 100
+    elif lo is None:
+        lo = min(hi, 0) if hi >= 0 else hi - 100
+    elif hi is None:
+        hi = lo + 100
+    if lo > hi:
+        lo, hi = hi, lo
+    mult = schema.get("multipleOf")
+    if integer:
+        lo_i, hi_i = int(-(-lo // 1)), int(hi // 1)
+        if lo_i > hi_i:
+            hi_i = lo_i
+        v = rng.randint(lo_i, hi_i)
+        if isinstance(mult, int) and mult > 0:
+            v = (v // mult) * mult
+            if v < lo:
+                v += mult
+        return v
+    if isinstance(mult, (int, float)) and mult > 0:
+        k_lo, k_hi = int(-(-lo // mult)), int(hi // mult)
+        return round(rng.randint(k_lo, max(k_lo, k_hi)) * mult, 10)
+    v = round(rng.uniform(lo, hi), 2)
+    return v if lo <= v <= hi else (lo + hi) / 2
+
+
+def gen_value(schema: dict[str, Any] | None, name: str, rng: random.Random, depth: int = 0) -> Any:
+    """A value valid against `schema`, realistic for a field called `name`."""
+    if not isinstance(schema, dict):
+        return _string_for(name, {}, rng)
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return rng.choice(schema["enum"])
+    for comb in ("oneOf", "anyOf"):
+        if isinstance(schema.get(comb), list) and schema[comb]:
+            opts = [o for o in schema[comb] if isinstance(o, dict) and o.get("type") != "null"] or schema[comb]
+            return gen_value(opts[0] if comb == "oneOf" else rng.choice(opts), name, rng, depth)
+    if isinstance(schema.get("allOf"), list) and schema["allOf"]:
+        merged: dict[str, Any] = {}
+        for part in schema["allOf"]:
+            if isinstance(part, dict):
+                merged.update(part)
+        return gen_value(merged, name, rng, depth)
+    if "default" in schema and rng.random() < 0.3 and is_valid(schema["default"], schema):
+        return schema["default"]
+    t = _schema_type(schema)
+    if t == "null":
+        return None
+    if t == "boolean":
+        return rng.random() < 0.5
+    if t == "integer":
+        return _number(schema, rng, True, name)
+    if t == "number":
+        return _number(schema, rng, False, name)
+    if t == "array":
+        items = schema.get("items") if isinstance(schema.get("items"), dict) else {"type": "string"}
+        lo = schema.get("minItems", 1)
+        hi = schema.get("maxItems", max(lo, 3))
+        n = rng.randint(lo, max(lo, min(hi, lo + 2)))
+        if depth > 3:
+            n = lo
+        item_name = name[:-1] if name.endswith("s") else name
+        out = [gen_value(items, item_name, rng, depth + 1) for _ in range(n)]
+        if schema.get("uniqueItems"):
+            uniq: list[Any] = []
+            for v in out:
+                if v not in uniq:
+                    uniq.append(v)
+            out = uniq
+        return out
+    if t == "object":
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        required = [r for r in schema.get("required", []) if isinstance(r, str)]
+        if depth > 3:
+            return {k: gen_value(props.get(k, {}), k, rng, depth + 1) for k in required}
+        out = {}
+        for k, sub in props.items():
+            if k in required or rng.random() < 0.6:
+                out[k] = gen_value(sub, k, rng, depth + 1)
+        for k in required:
+            out.setdefault(k, gen_value({}, k, rng, depth + 1))
+        return out
+    return _fit_length(_string_for(name, schema, rng), schema)
+
+
+# ---------------------------------------------------------------------------------------------
+# grounded sampling
+# ---------------------------------------------------------------------------------------------
+
+
+_SCHEMA_WORDS = ("alpha", "blue", "river", "summit", "orchid", "delta", "maple", "nova")
+
+
+def _types(schema: dict[str, Any]) -> list[str]:
+    t = schema.get("type")
+    if isinstance(t, list):
+        return [x for x in t if x != "null"] or ["null"]
+    if t:
+        return [t]
+    if "enum" in schema or "const" in schema:
+        return []
+    return ["string"]
+
+
+def sample_from_schema(schema: dict[str, Any], rng: random.Random, clock: str = "2024-05-15T15:00:00",
+                       depth: int = 0) -> Any:
+    """A value that satisfies a (simple) JSON Schema: enum, const, format, type and range."""
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return rng.choice(schema["enum"])
+    for alt in ("anyOf", "oneOf"):
+        if schema.get(alt):
+            return sample_from_schema(rng.choice(schema[alt]), rng, clock, depth + 1)
+    if "default" in schema and rng.random() < 0.5:
+        return schema["default"]
+    t = _types(schema)[0] if _types(schema) else "string"
+    if t == "boolean":
+        return rng.random() < 0.5
+    if t in ("integer", "number"):
+        lo = schema.get("minimum", schema.get("exclusiveMinimum", 0 if t == "integer" else 0.0))
+        hi = schema.get("maximum", schema.get("exclusiveMaximum", lo + (10 if t == "integer" else 100)))
+        if "exclusiveMinimum" in schema and not isinstance(schema["exclusiveMinimum"], bool):
+            lo = lo + (1 if t == "integer" else 0.01)
+        if "exclusiveMaximum" in schema and not isinstance(schema["exclusiveMaximum"], bool):
+            hi = hi - (1 if t == "integer" else 0.01)
+        if t == "integer":
+            lo, hi = int(lo), int(hi)
+            return rng.randint(min(lo, hi), max(lo, hi))
+        return round(rng.uniform(min(lo, hi), max(lo, hi)), 2)
+    if t == "array":
+        n = max(int(schema.get("minItems", 1)), 1)
+        n = min(n, int(schema.get("maxItems", n)))
+        items = schema.get("items") if isinstance(schema.get("items"), dict) else {"type": "string"}
+        out = [sample_from_schema(items, rng, clock, depth + 1) for _ in range(n)]
+        return out
+    if t == "object":
+        props = schema.get("properties", {}) if depth < 4 else {}
+        req = schema.get("required", [])
+        return {k: sample_from_schema(props.get(k, {"type": "string"}), rng, clock, depth + 1) for k in req}
+    if t == "null":
+        return None
+    fmt = schema.get("format")
+    day = dt.datetime.fromisoformat(clock) + dt.timedelta(days=rng.randint(1, 30))
+    if fmt == "email":
+        return f"{rng.choice(_SCHEMA_WORDS)}{rng.randint(1, 99)}@example.com"
+    if fmt == "date":
+        return day.date().isoformat()
+    if fmt == "date-time":
+        return day.isoformat() + "Z"
+    if fmt == "time":
+        return f"{rng.randint(8, 18):02d}:{rng.choice((0, 15, 30, 45)):02d}:00"
+    if fmt in ("uri", "url"):
+        return f"https://example.com/{rng.choice(_SCHEMA_WORDS)}"
+    if fmt == "uuid":
+        return str(uuid.UUID(int=rng.getrandbits(128)))
+    word = f"{rng.choice(_SCHEMA_WORDS)}"
+    lo, hi = int(schema.get("minLength", 0)), int(schema.get("maxLength", 64))
+    while len(word) < lo:
+        word += rng.choice(_SCHEMA_WORDS)
+    return word[: max(hi, 1)]
