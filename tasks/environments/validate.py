@@ -22,7 +22,7 @@ from agentscaler.errors import TransientError
 from envs.episode import Environment
 from envs.spec import DomainSpec, ToolSpec
 from agentscaler.schemas import is_valid
-from tasks.scenarios.arguments import sample_arguments
+from tasks.scenarios.arguments import StateView, ground_arguments, read_seed
 
 REASONS = ("syntax", "missing_function", "signature", "load", "tool_error", "no_state_change", "read_mutated",
            "invalid_arguments", "environment")
@@ -70,34 +70,6 @@ def check_signature(fn: ast.FunctionDef, tool: ToolSpec) -> str | None:
     return None
 
 
-# --- seed state (data only) -----------------------------------------------------------------------
-def seed_view(spec: DomainSpec, seed_path: Path) -> dict[str, list[dict[str, Any]]]:
-    """All rows of the seed database, json/boolean columns decoded (read-only, immutable open)."""
-    conn = sqlite3.connect(f"file:{seed_path}?mode=ro&immutable=1", uri=True)
-    try:
-        out: dict[str, list[dict[str, Any]]] = {}
-        for t in spec.tables:
-            cur = conn.execute(f'SELECT * FROM "{t.name}"')
-            cols = [d[0] for d in cur.description]
-            types = {c.name: c.type for c in t.columns}
-            rows = []
-            for r in cur.fetchall():
-                row = dict(zip(cols, r))
-                for c, v in row.items():
-                    if types.get(c) == "json" and isinstance(v, str):
-                        try:
-                            row[c] = json.loads(v)
-                        except json.JSONDecodeError:
-                            pass
-                    elif types.get(c) == "boolean" and v is not None:
-                        row[c] = bool(v)
-                rows.append(row)
-            out[t.name] = rows
-        return out
-    finally:
-        conn.close()
-
-
 # --- the suite ------------------------------------------------------------------------------------
 def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries: int = 8, seed: int = 0,
                          unsafe: bool = False) -> dict[str, Any]:
@@ -134,9 +106,10 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
             per[t.name]["errors"].append(problem)
 
     try:
-        rows = seed_view(spec, domain_dir / spec.seed_path)
+        rows = read_seed(spec, domain_dir / spec.seed_path)
     except sqlite3.Error as exc:
         return fail_all("environment", f"seed database unreadable: {exc}")
+    state = StateView(spec, rows=rows)
 
     try:
         env = Environment.open(domain_dir, unsafe=unsafe)
@@ -146,12 +119,11 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
         # no sandbox at all (missing isolation, worker did not start): the machine, not the domain
         raise TransientError(f"sandbox unavailable for {domain_dir.name}: {type(exc).__name__}: {exc}") from exc
     rng = random.Random(f"validate:{spec.id}:{seed}")
-    outputs: list[Any] = []
     try:
         env.reset()
         seed_hash = env.state_hash()
         dirty = False
-        # reads first: their outputs ground the writes' arguments
+        # arguments come from the seed database (the calls here are unrelated, not a walk: nothing to chain)
         for t in sorted(spec.tools, key=lambda t: (t.kind != "read", t.name)):
             r = per[t.name]
             if r["reason"] in ("missing_function", "signature"):
@@ -160,8 +132,8 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                 if dirty:
                     env.reset()
                     dirty = False
-                args = sample_arguments(t, rows, rng, outputs[-20:], optional_p=0.5 if i % 2 == 0 else 0.9,
-                                        fresh_key=t.kind == "write" and i % 2 == 1)
+                args, _ = ground_arguments(t, state, [], rng, optional_prob=0.5 if i % 2 == 0 else 0.9,
+                                           fresh_key=t.kind == "write" and i % 2 == 1)
                 if not is_valid(args, t.parameters):
                     r["errors"].append(f"sampled arguments invalid: {json.dumps(args, default=str)[:200]}")
                     r["reason"] = "invalid_arguments"
@@ -173,7 +145,6 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                 dirty = changed
                 if res.ok:
                     r["executes"] = True
-                    outputs.append(res.content)
                 elif res.error and len(r["errors"]) < 3 and res.error[:300] not in r["errors"]:
                     r["errors"].append(res.error[:300])
                 if t.kind == "read" and changed:

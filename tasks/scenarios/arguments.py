@@ -1,4 +1,23 @@
-"""Grounded argument sampling: arguments for a tool call, valid against its JSON Schema."""
+"""Grounded argument sampling: the one sampler of tool-call arguments (scenario walks, the validation suite).
+
+Each parameter's value comes, in this order of preference, from:
+  1. an earlier call's output (chaining): a value under the parameter's key in the most recent
+     output that has one. A walk follows a dependency edge because data flows along it, so the
+     agent must look the value up and the user need not know it (with the database first,
+     chaining almost never happened);
+  2. the database state: the row of the table the call is about (the table whose columns match
+     most of the call's parameters; a row that agrees with the values chained so far), so that
+     one call's values belong together (an order of that user); else any column named like the
+     parameter (camelCase, role prefixes, plural stems and `id` all match), a key inside a JSON
+     column, or a word of a name/title column for a search-like string. For a write, a non-key
+     value with a format or enum comes from the schema half the time (a new email rather than
+     someone else's); with `fresh_key`, the row's own key gets a value not in the table (a record
+     created under a caller-given id);
+  3. the parameter's JSON Schema (tasks.scenarios.values: enum, const, format, type, range).
+Values are coerced to the schema's type when that is lossless (id 7 -> "7") and checked with
+agentscaler.schemas. `sources[arg]` says where a value came from: "output" (the agent looks it
+up) or "user" (the user must say it). The seed database is only read here (sqlite3, read-only).
+"""
 
 from __future__ import annotations
 
@@ -9,53 +28,107 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agentscaler.naming import QUERY_NAMES, ROLE_PREFIXES, column_key, snake
+from agentscaler.naming import column_key, snake, strip_role
 from agentscaler.schemas import is_valid
 from envs.spec import DomainSpec, ToolSpec
-from tasks.scenarios.values import _schema_type, _types, gen_value, sample_from_schema
+from tasks.scenarios.values import gen_value
 
 _SEARCH_WORDS = ("query", "search", "keyword", "name", "title", "term", "text")
 _NAME_COLUMNS = ("name", "title", "label")
+MAX_VALUES = 500  # distinct values kept per column
+
+
+def read_seed(spec: DomainSpec, seed_path: Path) -> dict[str, list[dict[str, Any]]]:
+    """All rows of a seed database, json/boolean columns decoded (read-only, immutable open)."""
+    conn = sqlite3.connect(f"file:{Path(seed_path).resolve()}?mode=ro&immutable=1", uri=True)
+    try:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for t in spec.tables:
+            try:
+                cur = conn.execute(f'SELECT * FROM "{t.name}"')
+            except sqlite3.Error:
+                continue
+            cols = [d[0] for d in cur.description]
+            types = {c.name: c.type for c in t.columns}
+            rows = []
+            for r in cur.fetchall():
+                row = dict(zip(cols, r))
+                for c, v in row.items():
+                    if types.get(c) == "json" and isinstance(v, str):
+                        row[c] = _json_or(v)
+                    elif types.get(c) == "boolean" and v is not None:
+                        row[c] = bool(v)
+                rows.append(row)
+            out[t.name] = rows
+        return out
+    finally:
+        conn.close()
+
+
+def _json_or(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except json.JSONDecodeError:
+            return v
+    return v
+
+
+def _order(v: Any) -> tuple[int, str]:
+    """A total order over mixed JSON values (numbers before text, as SQLite sorts them)."""
+    return (0 if isinstance(v, (int, float)) and not isinstance(v, bool) else 1, json.dumps(v, sort_keys=True))
 
 
 class StateView:
-    """Column values of the seed database, read-only, to ground arguments in existing data."""
+    """The seed database as grounding material: its rows, each column's values, name words."""
 
-    def __init__(self, spec: DomainSpec, seed_path: Path, max_values: int = 500):
-        self.columns: dict[str, list[tuple[bool, list[Any]]]] = {}  # column -> [(is_pk, values)]
+    def __init__(self, spec: DomainSpec, seed_path: Path | None = None,
+                 rows: dict[str, list[dict[str, Any]]] | None = None):
+        self.rows = rows if rows is not None else read_seed(spec, Path(seed_path or ""))
+        self.pks = {t.name: t.primary_key[0] for t in spec.tables if t.primary_key}
         self.keys: set[str] = {c for t in spec.tables for c in t.primary_key} | \
             {c.name for t in spec.tables for c in t.columns if c.foreign_key}
+        self.columns: dict[str, list[tuple[bool, list[Any]]]] = {}  # column -> [(is_pk, distinct values)]
+        self.snake_columns: dict[str, str] = {}  # snake_case of a column -> the column
+        self.nested: dict[str, list[Any]] = {}  # key inside json column values -> values
         self.name_words: dict[str, list[str]] = {}  # table -> words of its name/title columns
         self._memo: dict[tuple[str, str, str], list[Any]] = {}
-        self.nested: dict[str, list[Any]] = {}  # key inside json column values -> values
-        conn = sqlite3.connect(f"file:{Path(seed_path).resolve()}?mode=ro", uri=True)
-        try:
-            for t in spec.tables:
-                for c in t.columns:
-                    try:
-                        rows = conn.execute(f'SELECT DISTINCT "{c.name}" FROM "{t.name}" WHERE "{c.name}" IS NOT NULL '
-                                            f'ORDER BY 1 LIMIT {int(max_values)}').fetchall()
-                    except sqlite3.Error:
-                        continue
-                    values = [r[0] for r in rows]
-                    if c.type == "json":
-                        values = [_json_or(v) for v in values]
-                        for v in values:  # keys inside JSON values (an address's city, zip) ground too
-                            found: dict[str, list[Any]] = {}
-                            _nested(v, found, 0)
-                            for k, vs in found.items():
-                                bucket = self.nested.setdefault(k, [])
-                                bucket.extend(x for x in vs if len(bucket) < max_values and x not in bucket)
-                    if c.type == "boolean":
-                        values = [bool(v) for v in values]
-                    if values:
-                        self.columns.setdefault(c.name, []).append((c.name in t.primary_key, values))
-                    if c.type == "text" and any(c.name == n or c.name.endswith("_" + n) for n in _NAME_COLUMNS):
-                        words = self.name_words.setdefault(t.name, [])
-                        words.extend(w for v in values for w in str(v).split() if len(w) > 2)
-        finally:
-            conn.close()
+        for t in spec.tables:
+            rows_t = self.rows.get(t.name, [])
+            for c in t.columns:
+                values = sorted({json.dumps(r.get(c.name), sort_keys=True) for r in rows_t
+                                 if r.get(c.name) is not None})
+                values = sorted((json.loads(v) for v in values), key=_order)[:MAX_VALUES]
+                if c.type == "json":
+                    for v in values:  # keys inside JSON values (an address's city, zip) ground too
+                        found: dict[str, list[Any]] = {}
+                        _nested(v, found, 0)
+                        for k, vs in found.items():
+                            bucket = self.nested.setdefault(k, [])
+                            bucket.extend(x for x in vs if len(bucket) < MAX_VALUES and x not in bucket)
+                if values:
+                    self.columns.setdefault(c.name, []).append((c.name in t.primary_key, values))
+                    self.snake_columns.setdefault(snake(c.name), c.name)
+                if c.type == "text" and any(c.name == n or c.name.endswith("_" + n) for n in _NAME_COLUMNS):
+                    words = self.name_words.setdefault(t.name, [])
+                    words.extend(w for v in values for w in str(v).split() if len(w) > 2)
         self.name_words = {t: sorted(set(w)) for t, w in self.name_words.items()}
+
+    def column(self, param: str) -> str | None:
+        """The column a parameter names: itself, or a derived key (camelCase, role prefix, plural stem)."""
+        for k in param_keys(param):
+            if k in self.columns:
+                return k
+            if k in self.snake_columns:
+                return self.snake_columns[k]
+        return None
+
+    def values_for(self, param: str) -> list[Any]:
+        """Values of the column the parameter names (a table where it is the key first), or of a JSON key."""
+        col = self.column(param)
+        if col is None:
+            return sorted(self.nested.get(param, []), key=_order)
+        return sorted(self.columns[col], key=lambda e: not e[0])[0][1]
 
     def grounded(self, tool: ToolSpec, param: str, schema: dict[str, Any]) -> list[Any]:
         """Schema-valid database values for a parameter (memoized: the seed does not change)."""
@@ -75,20 +148,74 @@ class StateView:
         hits = [t for t in self.name_words if t.lower().rstrip("s") in text]
         return sorted({w for t in (hits or list(self.name_words)) for w in self.name_words[t]})
 
-    def values_for(self, param: str) -> list[Any]:
-        """Values of the column named like the parameter; a table where it is the key comes first."""
-        entries = self.columns.get(param, [])
-        entries = sorted(entries, key=lambda e: not e[0])
-        return entries[0][1] if entries else sorted(self.nested.get(param, []), key=repr)
+    def anchor(self, tool: ToolSpec, params: list[str], required: set[str], chained: dict[str, Any],
+               rng: random.Random) -> tuple[str | None, dict[str, Any]]:
+        """(table, row): the row a call is about. The table whose columns match most parameters (a
+        required one counts double, an exact name a little more; the table named in the tool's name
+        breaks ties); among its rows one that agrees with the values chained so far."""
+        tool_name = snake(tool.name)
+        best: tuple[float, str] | None = None
+        for table, trows in sorted(self.rows.items()):
+            if not trows:
+                continue
+            cols = {snake(c) for c in trows[0]}
+            score = 0.0
+            for p in params:
+                keys = param_keys(p)
+                if any(k in cols for k in keys):
+                    score += (2.0 if p in required else 1.0) * (1.0 if keys[0] in cols else 0.9)
+                elif snake(p) == "id" and any(c.endswith("_id") for c in cols):
+                    score += 1.5
+            stem = table[:-1] if table.endswith("s") else table
+            if score > 0 and stem and stem in tool_name:
+                score += 0.5
+            if score > 0 and (best is None or score > best[0] or (score == best[0] and rng.random() < 0.5)):
+                best = (score, table)
+        if best is None:  # no column matched: the table the tool is named after
+            named = [t for t, r in sorted(self.rows.items()) if r and (t[:-1] if t.endswith("s") else t) in tool_name]
+            if not named:
+                return None, {}
+            best = (0.0, max(named, key=len))
+        trows = self.rows[best[1]]
+        agree = [r for r in trows if all(_same(r.get(c), v) for c, v in _row_columns(r, chained).items())]
+        return best[1], rng.choice(agree or trows)
 
 
-def _json_or(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return json.loads(v)
-        except json.JSONDecodeError:
-            return v
-    return v
+def _row_columns(row: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """{column of the row: value} for the parameters among `values` that name a column of the row."""
+    cols = {snake(c): c for c in row}
+    out = {}
+    for p, v in values.items():
+        c = next((cols[k] for k in param_keys(p) if k in cols), None)
+        if c is not None:
+            out[c] = v
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b or str(a) == str(b)
+
+
+def param_keys(param: str) -> list[str]:
+    """Column names a parameter may match, most specific first: userId -> user_id, max_price ->
+    price, order_ids -> order_id, restaurantsId -> restaurant_id, source_account_id -> account_id."""
+    s = snake(param) or param
+    keys = [param, s]
+    for k in (column_key(param), re.sub(r"_(uuid|ids)$", "_id", s)):
+        if k and k not in keys:
+            keys.append(k)
+    m = re.match(r"^(.*?)(ies|s)_(id|ids|uuid)$", s)
+    if m and m.group(1) and not m.group(1).endswith("s"):
+        k = m.group(1) + ("y" if m.group(2) == "ies" else "") + "_id"
+        if k not in keys:
+            keys.append(k)
+    if s.endswith(("_id", "_uuid", "_ids")):
+        base = strip_role(s)
+        if base != s:
+            k = re.sub(r"_(uuid|ids)$", "_id", base)
+            if k not in keys:
+                keys.append(k)
+    return keys
 
 
 def _nested(obj: Any, found: dict[str, list[Any]], depth: int) -> None:
@@ -103,6 +230,45 @@ def _nested(obj: Any, found: dict[str, list[Any]], depth: int) -> None:
     elif isinstance(obj, list):
         for v in obj[:20]:
             _nested(v, found, depth + 1)
+
+
+def _chain(outputs: list[Any], names: list[str], subs: dict[str, dict[str, Any]],
+           rng: random.Random) -> dict[str, Any]:
+    """Values for `names` from earlier outputs: each from the most recent output that has its key (if
+    valid there); names answered by one output take their values from one record of it when a
+    record holds them all (an order and its own user, not another order's)."""
+    found: dict[int, dict[str, list[Any]]] = {}
+    for name in names:
+        for i in range(len(outputs) - 1, -1, -1):
+            values = output_values([outputs[i]], name)
+            if values:
+                valid = [c for c in (coerce(v, subs[name]) for v in values) if is_valid(c, subs[name])]
+                if valid:
+                    found.setdefault(i, {})[name] = valid
+                break
+    out: dict[str, Any] = {}
+    for i, group in sorted(found.items()):
+        records = []
+        for rec in _records(outputs[i], 0):
+            vals = {n: coerce(rec[n], subs[n]) for n in group if isinstance(rec.get(n), (str, int, float, bool))}
+            if len(vals) == len(group) and all(v in group[n] for n, v in vals.items()):
+                records.append(vals)
+        if len(group) > 1 and records:
+            out.update(rng.choice(records))
+        else:
+            out.update({n: rng.choice(vs) for n, vs in group.items()})
+    return out
+
+
+def _records(obj: Any, depth: int) -> list[dict[str, Any]]:
+    """The dicts of an output, nested ones too (as far as output_values looks)."""
+    if depth > 4:
+        return []
+    if isinstance(obj, dict):
+        return [obj] + [r for v in obj.values() if isinstance(v, (dict, list)) for r in _records(v, depth + 1)]
+    if isinstance(obj, list):
+        return [r for v in obj[:50] for r in _records(v, depth + 1)]
+    return []
 
 
 def output_values(outputs: list[Any], key: str) -> list[Any]:
@@ -133,13 +299,27 @@ def _collect(obj: Any, key: str, found: list[Any], depth: int) -> None:
             _collect(v, key, found, depth + 1)
 
 
+def _types(schema: dict[str, Any]) -> list[str]:
+    t = schema.get("type")
+    if isinstance(t, list):
+        return [x for x in t if x != "null"] or ["null"]
+    if t:
+        return [t]
+    if "enum" in schema or "const" in schema:
+        return []
+    return ["string"]
+
+
 def coerce(value: Any, schema: dict[str, Any]) -> Any:
-    """Make a grounded value fit the schema type when that is lossless (id 7 -> "7", "3" -> 3)."""
+    """Make a grounded value fit the schema's type when that is lossless (id 7 -> "7", "3" -> 3, 5 -> [5])."""
     types = _types(schema)
     if not types or isinstance(value, bool) and "boolean" in types:
         return value
     t = types[0]
     try:
+        if t == "array" and value is not None:
+            items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+            return [coerce(v, items) for v in (value if isinstance(value, list) else [value])]
         if t == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
         if t == "integer" and isinstance(value, str) and value.strip().lstrip("-").isdigit():
@@ -154,221 +334,72 @@ def coerce(value: Any, schema: dict[str, Any]) -> Any:
 
 
 def ground_arguments(tool: ToolSpec, state: StateView, outputs: list[Any], rng: random.Random,
-                     optional_prob: float = 0.3, clock: str = "2024-05-15T15:00:00"
-                     ) -> tuple[dict[str, Any], dict[str, str]]:
-    """(arguments, sources): each value from an earlier output, the database state, or the schema.
-
-    `sources[arg]` is "output" (chained: the agent looks it up) or "user" (the user must say it;
-    from the database state or the schema).
-    """
+                     optional_prob: float = 0.3, fresh_key: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
+    """(arguments, sources) for one call of `tool`, in the module docstring's order of preference."""
     schema = tool.parameters or {}
     props: dict[str, Any] = schema.get("properties", {}) or {}
     required = set(schema.get("required", []) or [])
+    chosen = [n for n in sorted(props) if n in required or rng.random() < optional_prob]
+    subs = {n: props[n] if isinstance(props[n], dict) else {} for n in chosen}
     args: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for name in sorted(props):
-        ps = props[name] if isinstance(props[name], dict) else {}
-        if name not in required and rng.random() >= optional_prob:
+    for name, value in _chain(outputs, chosen, subs, rng).items():  # 1. chaining
+        args[name], sources[name] = value, "output"
+    table, row = state.anchor(tool, chosen, required, args, rng)  # 2. the database
+    row_cols = {snake(c): c for c in row}
+    if table and "id" not in row_cols:  # a bare `id` parameter names the row's own key
+        row_cols["id"] = state.pks.get(table) or next((c for c in row if snake(c).endswith("_id")), "")
+    fresh_col = state.pks.get(table or "") if fresh_key else None
+    for name in chosen:
+        if name in args:
             continue
-        chained = [c for c in (coerce(v, ps) for v in output_values(outputs, name)) if is_valid(c, ps)]
-        if chained:
-            args[name], sources[name] = rng.choice(chained), "output"
-            continue
-        from_db = state.grounded(tool, name, ps)
+        ps = subs[name]
+        col = next((row_cols[k] for k in param_keys(name) if row_cols.get(k)), None)
+        if fresh_col is not None and col == fresh_col and "array" not in _types(ps):
+            value = _fresh(state.rows[table or ""], fresh_col, ps, name, rng)
+            if value is not None:
+                args[name], sources[name] = value, "user"
+                continue
+        from_row = coerce(row.get(col), ps) if col is not None and row.get(col) is not None else None
+        from_db = [from_row] if from_row is not None and is_valid(from_row, ps) else state.grounded(tool, name, ps)
         if tool.kind == "write" and name not in state.keys and (ps.get("format") or ps.get("enum")) \
                 and rng.random() < 0.5:
             from_db = []  # a new value to set (an email, a status): from the schema half the time
         if from_db:
             args[name], sources[name] = rng.choice(from_db), "user"
             continue
-        args[name], sources[name] = sample_from_schema(ps, rng, clock), "user"
+        value = _from_schema(ps, name, rng)  # 3. the schema
+        if value is _NONE:
+            if name in required:
+                value = gen_value(ps, name, rng)  # the schema cannot be satisfied: a required value anyway
+            else:
+                continue  # an unsatisfiable optional parameter (a corpus defect) is left out
+        args[name], sources[name] = value, "user"
     return args, sources
 
 
-def _coerce(value: Any, schema: dict[str, Any]) -> Any:
-    """Fit a database/output value to the parameter type where it is lossless enough."""
-    t = _schema_type(schema)
-    if value is None:
-        return None
-    if t == "array" and not isinstance(value, list):
-        value = [value]
-    if t == "array" and isinstance(schema.get("items"), dict):
-        return [_coerce(v, schema["items"]) for v in value]
-    if t == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    if t == "integer" and isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
-    if t == "integer" and isinstance(value, float) and value.is_integer():
-        return int(value)
-    if t == "number" and isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
+_NONE = object()
 
 
-def _walk_outputs(obj: Any, out: dict[str, list[Any]], depth: int = 0) -> None:
-    if depth > 4:
-        return
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            if isinstance(k, str) and not isinstance(v, (dict, list)):
-                out.setdefault(column_key(k), []).append(v)
-            _walk_outputs(v, out, depth + 1)
-    elif isinstance(obj, list):
-        for v in obj[:50]:
-            _walk_outputs(v, out, depth + 1)
+def _from_schema(schema: dict[str, Any], name: str, rng: random.Random) -> Any:
+    """A schema-valid value (a few tries; then the default or an example), or _NONE."""
+    for _ in range(5):
+        v = gen_value(schema, name, rng)
+        if is_valid(v, schema):
+            return v
+    for alt in ([schema["default"]] if "default" in schema else []) + list(schema.get("examples") or []):
+        if is_valid(alt, schema):
+            return alt
+    return _NONE
 
 
-def _rows_of(rows: Any) -> dict[str, list[dict[str, Any]]]:
-    if rows is None:
-        return {}
-    if isinstance(rows, dict):
-        return {k: list(v) for k, v in rows.items() if isinstance(v, (list, tuple))}
-    raise TypeError("rows must be a dict {table: [row dict, ...]}")
-
-
-def _param_keys(pname: str) -> list[str]:
-    """Column names a parameter may match, most specific first (`id` also matches any *_id pk)."""
-    s = snake(pname)
-    keys = [s]
-    for k in (column_key(pname), re.sub(r"_(uuid|ids)$", "_id", s)):
-        if k not in keys:
-            keys.append(k)
-    m = re.match(r"^(.*?)(ies|s)_(id|ids|uuid)$", s)  # restaurantsId also matches restaurant_id
-    if m and m.group(1) and not m.group(1).endswith("s"):
-        k = m.group(1) + ("y" if m.group(2) == "ies" else "") + "_id"
-        if k not in keys:
-            keys.append(k)
-    if s.endswith(("_id", "_uuid", "_ids")):  # source_account_id also matches account_id
-        for rp in ROLE_PREFIXES:
-            if s.startswith(rp):
-                k = re.sub(r"_(uuid|ids)$", "_id", s[len(rp):])
-                if k not in keys:
-                    keys.append(k)
-                break
-    return keys
-
-
-def _col_index(row: dict[str, Any]) -> dict[str, str]:
-    return {snake(c): c for c in row}
-
-
-def sample_arguments(tool: Any, rows: Any, rng: random.Random, prior_outputs: list[Any] | None = None,
-                     optional_p: float = 0.5, fresh_key: bool = False) -> dict[str, Any]:
-    """Arguments for `tool` (a ToolSpec/Tool or its parameters schema) grounded in `rows`.
-
-    `rows` is {table: [row dict]} (a state view). The result validates against the tool's
-    parameter schema whenever the schema can be satisfied; values that do not fit are
-    regenerated from the schema. With `fresh_key`, a parameter naming the anchor table's
-    primary key gets a new value not in the table (to create a record under a caller-given id).
-    """
-    schema = tool if isinstance(tool, dict) else tool.parameters
-    props: dict[str, Any] = schema.get("properties") or {}
-    required = [r for r in schema.get("required", []) if r in props]
-    tables = _rows_of(rows)
-    tool_name = snake(getattr(tool, "name", "") or "")
-    chosen = [p for p in props if p in required or rng.random() < optional_p]
-
-    # 1. the anchor: one row of the table whose columns match most chosen parameters
-    best: tuple[float, str] | None = None
-    for tname, trows in sorted(tables.items()):
-        if not trows:
-            continue
-        cols = _col_index(trows[0])
-        score = 0.0
-        for p in chosen:
-            keys = _param_keys(p)
-            if any(k in cols for k in keys):  # an exact column name counts a little more than a derived one
-                score += (2.0 if p in required else 1.0) * (1.0 if keys[0] in cols else 0.9)
-            elif snake(p) == "id" and tname.rstrip("s") and any(c.endswith("_id") for c in cols):
-                score += 1.5
-        stem = tname[:-1] if tname.endswith("s") else tname
-        if score > 0 and stem and stem in tool_name:
-            score += 0.5
-        if score > 0 and (best is None or score > best[0] or (score == best[0] and rng.random() < 0.5)):
-            best = (score, tname)
-    if best is None and tool_name:  # no column matched: the table the tool is named after
-        named = [t for t, r in sorted(tables.items()) if r and (t[:-1] if t.endswith("s") else t) in tool_name]
-        if named:
-            best = (0.0, max(named, key=len))
-    anchor: dict[str, Any] = {}
-    anchor_cols: dict[str, str] = {}
-    if best is not None:
-        anchor = rng.choice(tables[best[1]])
-        anchor_cols = _col_index(anchor)
-        pk_guess = next((c for c in anchor if snake(c).endswith("_id")), None)
-        if pk_guess:
-            anchor_cols.setdefault("id", pk_guess)
-
-    fresh_col = next(iter(anchor), None) if fresh_key and anchor else None  # the anchor table's key column
-    outputs: dict[str, list[Any]] = {}
-    for o in prior_outputs or []:
-        _walk_outputs(o, outputs)
-
-    args: dict[str, Any] = {}
-    for p in chosen:
-        sub = props[p] if isinstance(props[p], dict) else {}
-        candidates: list[Any] = []
-        keys = _param_keys(p)
-        if fresh_col is not None and anchor_cols.get(keys[0]) == fresh_col:
-            taken = {r.get(fresh_col) for r in tables[best[1]]} if best else set()
-            ints = [x for x in taken if isinstance(x, int) and not isinstance(x, bool)]
-            for k in range(10):
-                if ints and len(ints) == len(taken):  # integer keys: the next free number, typed for the schema
-                    v = _coerce(max(ints) + 1 + k, sub)
-                else:
-                    v = gen_value(sub, p, rng)
-                if v not in taken and str(v) not in {str(x) for x in taken} and is_valid(v, sub):
-                    args[p] = v
-                    break
-            if p in args:
-                continue
-        for k in keys:  # database: the anchor row, then any row of any table with that column
-            if k in anchor_cols and anchor.get(anchor_cols[k]) is not None:
-                candidates.append(anchor[anchor_cols[k]])
-                break
-        if not candidates:
-            for tname, trows in sorted(tables.items()):
-                if trows:
-                    cols = _col_index(trows[0])
-                    hit = next((cols[k] for k in keys if k in cols), None)
-                    if hit is not None:
-                        vals = [r[hit] for r in trows if r.get(hit) is not None]
-                        if vals:
-                            candidates.append(rng.choice(vals))
-                            break
-        for k in keys:  # earlier outputs
-            if outputs.get(k):
-                candidates.append(rng.choice(outputs[k]))
-                break
-        if snake(p) in QUERY_NAMES and anchor and not candidates:  # a word of the anchor row's text
-            words = [w for c, v in sorted(anchor.items()) if isinstance(v, str) and not snake(c).endswith("_id")
-                     for w in v.split() if len(w) > 2]
-            if words:
-                candidates.append(rng.choice(words))
-        value: Any = None
-        found = False
-        for c in candidates:
-            c = _coerce(c, sub)
-            if is_valid(c, sub):
-                value, found = c, True
-                break
-        if not found:
-            value = gen_value(sub, p, rng)
-            if not is_valid(value, sub):  # e.g. a pattern we cannot generate: try the default/examples
-                for alt in ([sub["default"]] if "default" in sub else []) + list(sub.get("examples") or []):
-                    if is_valid(alt, sub):
-                        value = alt
-                        break
-            if not is_valid(value, sub):
-                for _ in range(4):
-                    value = gen_value(sub, p, rng)
-                    if is_valid(value, sub):
-                        break
-                else:
-                    if p not in required:  # an unsatisfiable optional parameter (corpus defect): leave it out
-                        continue
-        args[p] = value
-    return args
+def _fresh(rows: list[dict[str, Any]], col: str, schema: dict[str, Any], name: str, rng: random.Random) -> Any:
+    """A value for the key column `col` that no row has (the next integer for integer keys)."""
+    keys = [r.get(col) for r in rows]
+    taken = {str(x) for x in keys}
+    ints = [x for x in keys if isinstance(x, int) and not isinstance(x, bool)]
+    for k in range(10):
+        v = coerce(max(ints) + 1 + k, schema) if ints and len(ints) == len(keys) else gen_value(schema, name, rng)
+        if str(v) not in taken and is_valid(v, schema):
+            return v
+    return None

@@ -8,19 +8,10 @@ hash and the field diff from the seed. Walks whose calls fail, whose writes chan
 that repeat an existing scenario are dropped and counted by reason. Every kept scenario is
 replayed once more and kept only if it reaches the same hash and outputs (determinism).
 
-Arguments, in order of preference (see `ground_arguments`):
-  1. chaining: a value under the same key in an earlier call's output of the same walk (the
-     dependency edge is why the walk went there, so the data flows along it; the agent must
-     look the value up, the user need not know it);
-  2. the episode's database state: existing values of a column named like the parameter
-     (ids, names, dates), or a word of a name/title column for search-like strings (for a
-     write, a non-key value with a format or enum comes from the schema half the time: a new
-     email rather than someone else's);
-  3. the parameter's JSON Schema (enum, const, format, type, range).
-Values are coerced to the schema type and the final arguments are validated with jsonschema.
+Arguments come from tasks.scenarios.arguments (the one sampler: earlier outputs of the walk,
+then the database state, then the schema; values checked against each tool's JSON Schema).
 
 Tool code never runs here: every call goes through `envs.episode.Environment` (the sandbox).
-The seed database is only *read* here (sqlite3, read-only) to ground argument values.
 """
 
 from __future__ import annotations

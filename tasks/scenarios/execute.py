@@ -74,7 +74,7 @@ def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView,
         last = i == len(names) - 1
         ok, last_error, tried, dup = False, "", 0, 0
         for _ in range(params.arg_retries):
-            args, sources = ground_arguments(tool, state, outputs, rng, params.optional_prob, spec.clock)
+            args, sources = ground_arguments(tool, state, outputs, rng, params.optional_prob)
             errs = errors(args, tool.parameters or {"type": "object"})
             if errs:
                 counts["invalid_arguments"] += 1

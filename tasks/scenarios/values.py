@@ -1,14 +1,14 @@
 """Values valid against a JSON Schema (enum, const, format, type, range), realistic for a field's name.
 
-`gen_value` fills seed databases (tasks.environments.seed) and the schema step of argument
-grounding, so seed values are valid arguments by construction.
+`gen_value` is the one value generator: it fills seed databases (tasks.environments.seed) and is
+the schema step of argument grounding (tasks.scenarios.arguments), so seed values are valid
+arguments by construction.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import random
-import uuid
 from typing import Any
 
 from agentscaler.naming import snake
@@ -207,76 +207,3 @@ def gen_value(schema: dict[str, Any] | None, name: str, rng: random.Random, dept
 # ---------------------------------------------------------------------------------------------
 # grounded sampling
 # ---------------------------------------------------------------------------------------------
-
-
-_SCHEMA_WORDS = ("alpha", "blue", "river", "summit", "orchid", "delta", "maple", "nova")
-
-
-def _types(schema: dict[str, Any]) -> list[str]:
-    t = schema.get("type")
-    if isinstance(t, list):
-        return [x for x in t if x != "null"] or ["null"]
-    if t:
-        return [t]
-    if "enum" in schema or "const" in schema:
-        return []
-    return ["string"]
-
-
-def sample_from_schema(schema: dict[str, Any], rng: random.Random, clock: str = "2024-05-15T15:00:00",
-                       depth: int = 0) -> Any:
-    """A value that satisfies a (simple) JSON Schema: enum, const, format, type and range."""
-    if "const" in schema:
-        return schema["const"]
-    if schema.get("enum"):
-        return rng.choice(schema["enum"])
-    for alt in ("anyOf", "oneOf"):
-        if schema.get(alt):
-            return sample_from_schema(rng.choice(schema[alt]), rng, clock, depth + 1)
-    if "default" in schema and rng.random() < 0.5:
-        return schema["default"]
-    t = _types(schema)[0] if _types(schema) else "string"
-    if t == "boolean":
-        return rng.random() < 0.5
-    if t in ("integer", "number"):
-        lo = schema.get("minimum", schema.get("exclusiveMinimum", 0 if t == "integer" else 0.0))
-        hi = schema.get("maximum", schema.get("exclusiveMaximum", lo + (10 if t == "integer" else 100)))
-        if "exclusiveMinimum" in schema and not isinstance(schema["exclusiveMinimum"], bool):
-            lo = lo + (1 if t == "integer" else 0.01)
-        if "exclusiveMaximum" in schema and not isinstance(schema["exclusiveMaximum"], bool):
-            hi = hi - (1 if t == "integer" else 0.01)
-        if t == "integer":
-            lo, hi = int(lo), int(hi)
-            return rng.randint(min(lo, hi), max(lo, hi))
-        return round(rng.uniform(min(lo, hi), max(lo, hi)), 2)
-    if t == "array":
-        n = max(int(schema.get("minItems", 1)), 1)
-        n = min(n, int(schema.get("maxItems", n)))
-        items = schema.get("items") if isinstance(schema.get("items"), dict) else {"type": "string"}
-        out = [sample_from_schema(items, rng, clock, depth + 1) for _ in range(n)]
-        return out
-    if t == "object":
-        props = schema.get("properties", {}) if depth < 4 else {}
-        req = schema.get("required", [])
-        return {k: sample_from_schema(props.get(k, {"type": "string"}), rng, clock, depth + 1) for k in req}
-    if t == "null":
-        return None
-    fmt = schema.get("format")
-    day = dt.datetime.fromisoformat(clock) + dt.timedelta(days=rng.randint(1, 30))
-    if fmt == "email":
-        return f"{rng.choice(_SCHEMA_WORDS)}{rng.randint(1, 99)}@example.com"
-    if fmt == "date":
-        return day.date().isoformat()
-    if fmt == "date-time":
-        return day.isoformat() + "Z"
-    if fmt == "time":
-        return f"{rng.randint(8, 18):02d}:{rng.choice((0, 15, 30, 45)):02d}:00"
-    if fmt in ("uri", "url"):
-        return f"https://example.com/{rng.choice(_SCHEMA_WORDS)}"
-    if fmt == "uuid":
-        return str(uuid.UUID(int=rng.getrandbits(128)))
-    word = f"{rng.choice(_SCHEMA_WORDS)}"
-    lo, hi = int(schema.get("minLength", 0)), int(schema.get("maxLength", 64))
-    while len(word) < lo:
-        word += rng.choice(_SCHEMA_WORDS)
-    return word[: max(hi, 1)]

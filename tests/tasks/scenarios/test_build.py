@@ -22,7 +22,7 @@ from tasks.scenarios.walks import adjacency, plan_walk
 from tasks.scenarios.build import build_scenarios, domain_split, generate
 from agentscaler.artifacts import load_scenarios
 from tasks.scenarios.execute import replay, scenario_id
-from tasks.scenarios.values import sample_from_schema
+from tasks.scenarios.values import gen_value
 from tests.data.domains.shop.build import build_shop
 
 
@@ -95,7 +95,7 @@ def test_chaining_prefers_the_latest_output(spec: DomainSpec, shop: Path) -> Non
         assert args == {"user_id": "u2"} and sources["user_id"] == "output"
 
 
-def test_schema_sampler_covers_formats_and_ranges() -> None:
+def test_schema_values_cover_formats_and_ranges() -> None:
     rng = random.Random(5)
     schemas = [
         {"type": "string", "format": "email"}, {"type": "string", "format": "date"},
@@ -107,7 +107,7 @@ def test_schema_sampler_covers_formats_and_ranges() -> None:
     ]
     for s in schemas:
         for _ in range(30):
-            v = sample_from_schema(s, rng)
+            v = gen_value(s, "v", rng)
             assert errors({"v": v}, {"type": "object", "properties": {"v": s}}) == [], (s, v)
 
 
