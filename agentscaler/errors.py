@@ -9,6 +9,8 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+import httpx
+
 
 class TransientError(Exception):
     """Worth retrying: timeouts, dropped connections, 5xx/429 from an LLM server, a killed worker."""
@@ -28,14 +30,7 @@ def is_transient(exc: BaseException | None) -> bool:
         return False
     if isinstance(exc, _TRANSIENT_TYPES):
         return True
-    try:  # httpx's transport errors are transient too, when httpx is around
-        import httpx
-
-        if isinstance(exc, (httpx.TransportError, httpx.TimeoutException)):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    return False
+    return isinstance(exc, (httpx.TransportError, httpx.TimeoutException))  # dropped connections, timeouts
 
 
 def transient_only(task: Any, task_run: Any, state: Any) -> bool:

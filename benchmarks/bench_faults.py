@@ -153,8 +153,8 @@ def bench_llm(tmp: Path, clean_ws: Path, per_kind: int) -> None:
     from agentscaler.workspace import Workspace
     from tasks.rollouts.conversation import RolloutConfig
     from tasks.rollouts.engine import run_rollouts
-    from tasks.verify.verify import verify_run
     from tasks.sft.export import export_sft
+    from tasks.verify.verify import verify_run
 
     ws_root = tmp / "llmws"
     shutil.copytree(clean_ws, ws_root, ignore=shutil.ignore_patterns("rollouts", "sft"))
@@ -181,8 +181,9 @@ def bench_hostile(tmp: Path) -> None:
     from envs.episode import Environment
     from envs.sandbox import bwrap_works
     from tasks.environments.synthesize import synthesize_domain
-    from tests.fault.hostile import (ATTACKS, CASES, GOOD_CODE, RECORD, ROWS as SEED_ROWS, TABLES, TOOLS,
-                                     ScriptedModel, _write_attacks, canaries, synthesize_hostile)
+    from tests.fault.hostile import (ATTACKS, CASES, GOOD_CODE, RECORD, TABLES, TOOLS, ScriptedModel, _write_attacks,
+                                     canaries, synthesize_hostile)
+    from tests.fault.hostile import ROWS as SEED_ROWS
 
     if not bwrap_works():
         row("hostile generated code", 0, "skipped: no bubblewrap", 0, 0)

@@ -30,11 +30,11 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agentscaler.artifacts import load_trajectories  # noqa: E402
 from agentscaler.llm import LLMClient  # noqa: E402
 from agentscaler.llm_server import free_port  # noqa: E402
 from agentscaler.workspace import Workspace  # noqa: E402
 from tasks.rollouts.conversation import RolloutConfig  # noqa: E402
-from agentscaler.artifacts import load_trajectories  # noqa: E402
 from tasks.rollouts.engine import rollout_async, select_scenarios  # noqa: E402
 from tasks.scenarios.build import build_scenarios  # noqa: E402
 from tests.conftest import load_shop_builder  # noqa: E402

@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from envs.episode import Environment  # noqa: E402
 from envs.spec import DomainSpec  # noqa: E402
-from tasks.scenarios.config import ScenarioParams  # noqa: E402
 from tasks.scenarios.build import generate  # noqa: E402
+from tasks.scenarios.config import ScenarioParams  # noqa: E402
 from tests.data.domains.shop.build import build_shop  # noqa: E402
 
 

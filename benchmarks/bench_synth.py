@@ -152,8 +152,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="write the JSON result here too")
     args = ap.parse_args()
 
-    from envs.store import build_seed
     from agentscaler.workspace import atomic_write_text
+    from envs.store import build_seed
     from tasks.environments.rules import synthesize_rules
     from tasks.environments.validate import validate_environment
 

@@ -27,10 +27,11 @@ sys.path.insert(0, str(ROOT))
 def one(model: str, steps: int, threads: int) -> dict:
     """Train `steps` steps in this process; print one JSON line."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from agentscaler.workspace import Workspace
     from tests.training.conftest import write_rollouts
-    from training.config import StageConfig
+
+    from agentscaler.workspace import Workspace
     from tasks.sft.export import export_sft
+    from training.config import StageConfig
     from training.sft import run
 
     with tempfile.TemporaryDirectory() as tmp:

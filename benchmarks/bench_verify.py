@@ -20,12 +20,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agentscaler.artifacts import (
+    TRAJECTORIES,  # noqa: E402
+    load_scenarios,  # noqa: E402
+)
 from agentscaler.models import Trajectory  # noqa: E402
 from agentscaler.workspace import Workspace  # noqa: E402
-from agentscaler.artifacts import TRAJECTORIES  # noqa: E402
 from tasks.rollouts.conversation import trajectory_id  # noqa: E402
 from tasks.scenarios.build import build_scenarios  # noqa: E402
-from agentscaler.artifacts import load_scenarios  # noqa: E402
 from tasks.verify.verify import verify_run  # noqa: E402
 from tests.conftest import load_shop_builder  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""Prefect flows: composition of stage functions (tasks/) into runs, and every Prefect @task/@flow."""
+"""Orchestration: every Prefect @task and @flow (stage functions of tasks/ composed into runs), and the
+`agentscaler` command line (cli.py)."""
 
 from agentscaler.settings import configure_prefect_env
 

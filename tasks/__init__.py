@@ -1,1 +1,2 @@
-"""Pipeline stages: plain functions that do the work, and thin Prefect @task wrappers."""
+"""Pipeline stages, one package each (corpus, discover, environments, scenarios, rollouts, verify, sft,
+evaluation): plain functions that do the work; no Prefect (flows/ orchestrates them)."""

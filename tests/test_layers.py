@@ -1,6 +1,6 @@
 """The import direction of the layers (docs/ARCHITECTURE.md, docs/CONTRIBUTING.md), read from the code with `ast`.
 
-    core (agentscaler/)  <-  envs/  <-  stages (tasks/<stage>/)  <-  flows/  <-  the CLI (agentscaler/cli.py)
+    core (agentscaler/)  <-  envs/  <-  stages (tasks/<stage>/)  <-  flows/  <-  the CLI (flows/cli.py)
                          <-  training/ (the trainer program, run in its own process)
 
 Every import of our own packages is counted, at module top or inside a function (none should be
@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("agentscaler", "envs", "tasks", "flows", "training")
-CLI = "agentscaler.cli"
+CLI = "flows.cli"
 
 
 def _module(path: Path) -> str:

@@ -1,1 +1,1 @@
-"""Two-stage SFT: dataset export, TRL trainer entry point, configs."""
+"""The trainer program, run in its own process: TRL SFT entry point, stage configs, chat template, GGUF conversion."""

@@ -60,7 +60,7 @@ def tokenizer_dir(cache_dir: Path | str | None = None) -> Path:
     dst = _cache(cache_dir) / "smollm2-tokenizer"
     if (dst / "tokenizer_config.json").exists():
         return dst
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # the [train] extra: heavy, loaded on use
 
     gguf = find_gguf()
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -72,7 +72,7 @@ def tokenizer_dir(cache_dir: Path | str | None = None) -> Path:
 
 
 def load_tokenizer(cache_dir: Path | str | None = None) -> Any:
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # the [train] extra: heavy, loaded on use
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(cache_dir)))
     return apply_template(tok)
@@ -84,7 +84,7 @@ def convert_smollm2(cache_dir: Path | str | None = None) -> Path:
     dst = _cache(cache_dir) / "smollm2-135m-hf"
     if (dst / "config.json").exists():
         return dst
-    import torch
+    import torch  # the [train] extra: heavy, loaded on use
     from transformers import AutoModelForCausalLM
 
     gguf = find_gguf()

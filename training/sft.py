@@ -30,7 +30,7 @@ TRAIN_COLUMNS = ["messages", "tools"]
 
 def load_model_and_tokenizer(cfg: StageConfig, ws_root: Path) -> tuple[Any, Any, str]:
     """(model, tokenizer, description of where the weights came from)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # the [train] extra: heavy, loaded on use
 
     if cfg.model == "tiny":
         tok = load_tokenizer()
@@ -52,7 +52,7 @@ def load_model_and_tokenizer(cfg: StageConfig, ws_root: Path) -> tuple[Any, Any,
 
 def load_datasets(cfg: StageConfig, ws_root: Path) -> tuple[Any, Any | None, dict[str, int]]:
     """Train/eval splits from the export; rows over max_length are dropped (never truncated)."""
-    from datasets import load_from_disk
+    from datasets import load_from_disk  # the [train] extra: heavy, loaded on use
 
     path = cfg.dataset_path(ws_root)
     if not path.exists():
@@ -77,7 +77,7 @@ def load_datasets(cfg: StageConfig, ws_root: Path) -> tuple[Any, Any | None, dic
 
 def weight_fingerprint(model: Any) -> str:
     """Hash of the first few elements of every tensor: cheap check of which weights a run started from."""
-    import torch
+    import torch  # the [train] extra: heavy, loaded on use
 
     with torch.no_grad():
         parts = [p.detach().flatten()[:8].float().tolist() for p in model.parameters()]
@@ -86,7 +86,7 @@ def weight_fingerprint(model: Any) -> str:
 
 def _step_timer() -> Any:
     """A callback recording each optimizer step's wall time (for medians in benchmarks/bench_train.py)."""
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # the [train] extra: heavy, loaded on use
 
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:
@@ -103,7 +103,7 @@ def _step_timer() -> Any:
 
 
 def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: bool) -> Any:
-    import torch
+    import torch  # the [train] extra: heavy, loaded on use
     from trl import SFTConfig
 
     bf16 = cfg.bf16 if cfg.bf16 != "auto" else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
@@ -139,12 +139,12 @@ def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: b
 
 def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[str, Any]:
     """Train one stage and write `<out>/final/` and `<out>/result.json`; returns the result."""
-    from datasets.utils.logging import disable_progress_bar
+    from datasets.utils.logging import disable_progress_bar  # the [train] extra: heavy, loaded on use
     from trl import SFTTrainer
 
     disable_progress_bar()
     if cfg.torch_threads:
-        import torch
+        import torch  # the [train] extra: heavy, loaded on use
 
         torch.set_num_threads(cfg.torch_threads)
     ws_root = Path(ws_root).resolve()

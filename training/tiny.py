@@ -25,7 +25,7 @@ class TinyModelConfig(BaseModel):
 
 def build_tiny_model(tokenizer: Any, cfg: TinyModelConfig | None = None) -> Any:
     """A freshly initialised LlamaForCausalLM sized for `tokenizer` (deterministic for a seed)."""
-    import torch
+    import torch  # the [train] extra: heavy, loaded on use
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = cfg or TinyModelConfig()

@@ -13,6 +13,7 @@ equivalence test applies it to tau2's live in-memory database to compare state a
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -224,7 +225,5 @@ def build_tau2_domain(name: str, dest_dir: Path) -> DomainSpec:
 
 
 def _defined_functions(code: str) -> set[str]:
-    import ast
-
     return {n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)}
 

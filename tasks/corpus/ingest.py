@@ -19,10 +19,10 @@ from typing import Any
 
 import orjson
 
+from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
 from agentscaler.schemas import SchemaChecker
-from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.workspace import Workspace, atomic_write_json
 from tasks.corpus.common import MAX_DEPTH, LoadIssue, RawTool
 from tasks.corpus.loaders import FORMATS, load_file

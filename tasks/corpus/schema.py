@@ -12,7 +12,6 @@ from typing import Any
 
 from tasks.corpus.common import MAX_DEPTH
 
-
 _SCALARS: dict[str, dict[str, Any]] = {}
 for _names, _schema in (
     (("string", "str", "text", "char", "character", "enum", "geopoint", "time", "file", "password", "email",

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.corpus.common import Item, LoadIssue, RawTool, read_text
-from tasks.corpus.schema import field_description, json_safe, annotation_schema, object_schema
+from tasks.corpus.schema import annotation_schema, field_description, json_safe, object_schema
 
 _SECTION_RE = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$")
 _ARG_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\([^)]*\))?\s*:\s*(.*)$")

@@ -28,7 +28,6 @@ from tasks.discover import check_prompt as P
 from tasks.discover.config import DiscoverConfig
 from tasks.discover.graph import GENERIC_KEYS, input_keys, output_keys, unit
 
-
 # --- rules ----------------------------------------------------------------------------------------
 
 def dependency_check(members: np.ndarray, tools: list[Tool], vecs: np.ndarray, edges: list[tuple[int, int, str, float, str]],

@@ -25,6 +25,7 @@ from tasks.discover.check import dependency_check
 from tasks.discover.config import DiscoverConfig
 from tasks.discover.graph import undirected_weights, unit
 
+
 def domain_id(tool_ids: list[str]) -> str:
     return "d" + content_hash(sorted(tool_ids))[:12]
 

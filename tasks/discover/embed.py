@@ -18,6 +18,7 @@ and cost about a second per 30k tools, so they are recomputed.
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import re
 import sqlite3
@@ -66,7 +67,7 @@ class MiniLMEmbedder:
     def __init__(self, batch_size: int = 64):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
+        from sentence_transformers import SentenceTransformer  # torch behind it: the [embed] extra, loads in seconds
 
         self.model = SentenceTransformer(str(model_dir()), device="cpu")
         self.batch_size = batch_size
@@ -85,7 +86,7 @@ class FastEmbedder:
     name = "fast"
 
     def __init__(self):
-        from safetensors import safe_open
+        from safetensors import safe_open  # the [embed] extra: only an embedder needs it
         from tokenizers import Tokenizer
 
         path = model_dir()
@@ -107,8 +108,6 @@ class FastEmbedder:
             _, vecs = np.linalg.eigh(table.T @ table)
             self.table = np.ascontiguousarray(table @ vecs[:, ::-1][:, :FAST_DIM], dtype=np.float32)
             try:
-                import io
-
                 buf = io.BytesIO()
                 np.save(buf, self.table)
                 atomic_write_bytes(cached, buf.getvalue())
@@ -128,7 +127,7 @@ class FastEmbedder:
         BERT splits on whitespace and punctuation before word pieces, so each distinct word is
         tokenized once (a corpus has far fewer distinct words than texts): texts x words @ words x pieces.
         """
-        from scipy.sparse import csr_matrix
+        from scipy.sparse import csr_matrix  # the [embed] extra (scipy loads in ~0.4 s): only an embedding needs it
 
         words: dict[str, int] = {}
         rows, cols = [], []
@@ -151,7 +150,7 @@ class FastEmbedder:
     def pool(self, counts, token_weights: np.ndarray | None = None) -> np.ndarray:
         """Unit vectors: (weighted) sum of token embeddings per row; zero for a row with no kept token."""
         if token_weights is not None:
-            from scipy.sparse import diags
+            from scipy.sparse import diags  # the [embed] extra, as above
 
             counts = counts @ diags(token_weights)
         out = np.asarray(counts @ self.table, dtype=np.float32)
@@ -274,7 +273,7 @@ def embed_tools(tools: list[Tool], embedding: str = "fast", cache_dir: Path | No
     if isinstance(embedder, FastEmbedder):
         # corpus IDF weights make rare, domain-specific words count (tuned on tests/data/labelled_tools.json);
         # they depend on the whole corpus, so these vectors are recomputed (seconds per 30k tools), not cached.
-        from scipy.sparse import csr_matrix
+        from scipy.sparse import csr_matrix  # the [embed] extra, as above
 
         texts = dtexts + flat
         index: dict[str, int] = {}

@@ -11,13 +11,16 @@
 
 from __future__ import annotations
 
+import io
 import pickle
 import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import igraph as ig
 import numpy as np
+import pandas as pd
 
 from agentscaler.models import Tool
 from agentscaler.naming import singular, snake
@@ -142,8 +145,6 @@ def dataflow_edges(tools: list[Tool], vecs: np.ndarray, flow_min_sim: float, flo
 def build_graph(tools: list[Tool], vecs: np.ndarray, threshold: float, top_k: int = 15,
                 flow_min_sim: float = 0.3, flow_top_k: int = 5):
     """igraph Graph (directed): vertices = tools (name, tool_id); edges with kind, weight, key."""
-    import igraph as ig
-
     n = len(tools)
     s, d, w = similarity_edges(vecs, threshold, top_k)
     flows = dataflow_edges(tools, vecs, flow_min_sim, flow_top_k) if n > 1 else []
@@ -177,10 +178,6 @@ def undirected_weights(g, flow_bonus: float = 0.5) -> tuple[np.ndarray, np.ndarr
 
 def save_graph(g, graph_dir: Path) -> dict[str, Any]:
     """graph/graph.pickle (igraph) and graph/edges.parquet (src, dst tool names and ids, kind, weight, key)."""
-    import io
-
-    import pandas as pd
-
     graph_dir = Path(graph_dir)
     atomic_write_bytes(graph_dir / "graph.pickle", pickle.dumps(g, protocol=pickle.HIGHEST_PROTOCOL))
     el = g.get_edgelist()

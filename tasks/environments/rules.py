@@ -19,6 +19,7 @@ from tasks.environments.render import HEADER, render_tool
 from tasks.environments.seed import seed_rows
 from tasks.environments.synthesis import Synthesis, discovered_edges
 
+
 def dedupe_tools(tools: list[Tool]) -> tuple[list[Tool], dict[str, str]]:
     """Keep the first tool of each name (tool code has one function per name); report the rest."""
     seen: set[str] = set()

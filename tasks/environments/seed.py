@@ -13,6 +13,7 @@ from agentscaler.schemas import is_valid
 from tasks.environments.plan import Entity
 from tasks.scenarios.values import gen_value
 
+
 def _pk_values(e: Entity, n: int, rng: random.Random) -> list[Any]:
     s = e.pk_schema or {}
     if isinstance(s.get("enum"), list) and s["enum"]:

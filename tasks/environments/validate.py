@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from agentscaler.errors import TransientError
+from agentscaler.schemas import is_valid
 from envs.episode import Environment
 from envs.spec import DomainSpec, ToolSpec
-from agentscaler.schemas import is_valid
 from tasks.scenarios.arguments import StateView, ground_arguments, read_seed
 
 REASONS = ("syntax", "missing_function", "signature", "load", "tool_error", "no_state_change", "read_mutated",

@@ -16,6 +16,7 @@ from envs.spec import DomainSpec
 from tasks.scenarios.arguments import StateView, ground_arguments
 from tasks.scenarios.config import ScenarioParams
 
+
 class Dropped(Exception):
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(f"{reason}: {detail}")

@@ -223,7 +223,7 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
 
 
 def _features():
-    from datasets import Features, Json, List, Value
+    from datasets import Features, Json, List, Value  # the [train] extra, needed only to write datasets
 
     msg = {"role": Value("string"), "content": Value("string"), "tool_calls": List(Json()),
            "tool_call_id": Value("string"), "name": Value("string")}
@@ -233,7 +233,7 @@ def _features():
 
 
 def _to_dataset(rows: list[dict]):
-    from datasets import Dataset
+    from datasets import Dataset  # the [train] extra, as in _features
 
     feats = _features()
     if not rows:  # an empty split (no stage-2 domains, no eval rows): from_list([]) loses the columns
@@ -255,7 +255,7 @@ def _replace_dir(src: Path, dst: Path) -> None:
 
 def write_stage(out_dir: Path, split_rows: dict[str, list[dict]], report: dict[str, Any]) -> dict[str, Any]:
     """Write parquet + save_to_disk layouts for one stage; skip when the same rows are already there."""
-    from datasets import DatasetDict
+    from datasets import DatasetDict  # the [train] extra, as in _features
     from datasets.utils.logging import disable_progress_bar
 
     disable_progress_bar()

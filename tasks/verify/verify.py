@@ -40,8 +40,8 @@ from agentscaler.models import Scenario, Trajectory, Verdict
 from agentscaler.schemas import check
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from envs.spec import DomainSpec
-from tasks.verify.passk import passk_report
 from tasks.rollouts.conversation import pending_write
+from tasks.verify.passk import passk_report
 
 REASONS = ("malformed_dialogue", "unknown_tool", "invalid_arguments", "repetition", "no_tool_calls", "turn_limit",
            "fatal_error", "state_mismatch", "call_mismatch")

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.catalog import Catalog
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
-from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text, read_jsonl
 
 

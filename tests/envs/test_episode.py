@@ -11,9 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envs.sandbox import bwrap_works
 from envs.episode import Environment, ToolResult
-from envs.sandbox import SandboxError
+from envs.sandbox import SandboxError, bwrap_works
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "domains" / "shop"))
 # These tests are about the API, not isolation (tests/envs/test_sandbox_attacks.py is): where

@@ -17,8 +17,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from agentscaler.llm import LLMFormatError, parse_hermes_tool_calls, parse_json_reply, parse_reply
-from tasks.corpus.ingest import build_corpus
 from tasks.corpus.common import LoadIssue, RawTool
+from tasks.corpus.ingest import build_corpus
 from tasks.corpus.loaders import FORMATS, load_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,7 +145,7 @@ def sft_row(messages: Any, tools: Any) -> None:
     from pydantic import ValidationError
 
     from agentscaler.models import Trajectory
-    from tasks.sft.export import row_from_trajectory, RowError
+    from tasks.sft.export import RowError, row_from_trajectory
 
     TRIED["sft_row"] += 1
     try:

@@ -30,15 +30,15 @@ RUN_ID = "rfault"
 def run_pipeline(ws_root: Path | str, llm_url: str, stage_log: Path | str | None = None,
                  per_domain: int = 3, corpora: list[Path] | None = None, until: str = "export") -> dict[str, Any]:
     from agentscaler.workspace import Workspace
+    from tasks.corpus.ingest import ingest
     from tasks.discover.config import DiscoverConfig
     from tasks.discover.discover import discover
-    from tasks.corpus.ingest import ingest
+    from tasks.environments.synthesize import synthesize_all
     from tasks.rollouts.conversation import RolloutConfig
     from tasks.rollouts.engine import run_rollouts
     from tasks.scenarios.build import build_all
-    from tasks.environments.synthesize import synthesize_all
-    from tasks.verify.verify import verify_run
     from tasks.sft.export import export_sft
+    from tasks.verify.verify import verify_run
 
     ws = Workspace(ws_root)
 

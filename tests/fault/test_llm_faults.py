@@ -74,8 +74,8 @@ def test_rollout_verify_export_under_random_faults_keep_malformed_output_out(cle
     from agentscaler.workspace import Workspace
     from tasks.rollouts.conversation import RolloutConfig
     from tasks.rollouts.engine import run_rollouts
-    from tasks.verify.verify import verify_run
     from tasks.sft.export import export_sft
+    from tasks.verify.verify import verify_run
 
     src, _, _ = clean_pipeline
     ws_root = tmp_path / "ws"

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 
+from agentscaler.artifacts import load_scenarios, load_trajectories
 from agentscaler.workspace import Workspace
-from tasks.rollouts.gold import GOLD_AGENT
 from flows.closed_loop import choose_domains, gold_replay_run, markdown
-from agentscaler.artifacts import load_trajectories
+from tasks.rollouts.gold import GOLD_AGENT
 from tasks.scenarios.build import build_scenarios, domain_split
-from agentscaler.artifacts import load_scenarios
 from tests.conftest import load_shop_builder
 
 

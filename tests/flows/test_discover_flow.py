@@ -7,11 +7,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from agentscaler.catalog import Catalog
-from agentscaler.cli import app
-from agentscaler.models import Tool
 from agentscaler.artifacts import load_tools, save_tools
+from agentscaler.catalog import Catalog
+from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
+from flows.cli import app
 from flows.discover import discover_flow
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentscaler.catalog import Catalog
 from agentscaler.artifacts import load_tools
+from agentscaler.catalog import Catalog
 from agentscaler.workspace import Workspace
 from flows.ingest import ingest_flow
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.catalog import Catalog
 from agentscaler.models import Tool
-from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.workspace import Workspace, atomic_write_json
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "corpora"
@@ -19,8 +19,8 @@ BROKEN = {"domain": "dbroken000000", "tools": ["not-in-corpus"], "names": ["look
 @pytest.fixture(scope="module")
 def small_ws(tmp_path_factory) -> Workspace:
     """A workspace with a small real corpus, discovered, plus one domain whose tools are missing."""
-    from tasks.discover.discover import discover
     from tasks.corpus.ingest import ingest
+    from tasks.discover.discover import discover
 
     ws = Workspace(tmp_path_factory.mktemp("orch") / "ws")
     report = ingest(ws, [DATA / name for name in ("bfcl", "openai", "tau2", "toolbench", "xlam")])

@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
+from agentscaler.artifacts import load_tools
 from agentscaler.models import NAME_RE
 from agentscaler.schemas import SchemaChecker
-from agentscaler.artifacts import load_tools
 from agentscaler.workspace import Workspace
-from tasks.corpus.ingest import build_corpus, infer_returns, ingest, normalize_name
 from tasks.corpus.common import RawTool
+from tasks.corpus.ingest import build_corpus, infer_returns, ingest, normalize_name
 
 CORPORA = Path(__file__).resolve().parents[2] / "data" / "corpora"
 GOOD = [CORPORA / d for d in ("toolbench", "xlam", "bfcl", "openai", "mcp", "tau2", "nestful")]
@@ -213,7 +213,7 @@ def test_hostile_files_never_crash(tmp_path, data, suffix):
 # --- CLI ---------------------------------------------------------------------------------------------
 
 def test_cli_ingest_json_and_exit_codes(tmp_path):
-    from agentscaler.cli import app
+    from flows.cli import app
 
     runner = CliRunner()
     ws = str(tmp_path / "ws")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agentscaler.models import Tool
 from agentscaler.artifacts import save_tools
+from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from tasks.discover.config import DiscoverConfig
 from tasks.discover.discover import discover

@@ -7,7 +7,7 @@ import pytest
 
 from agentscaler.models import Tool
 from tasks.discover.embed import (EmbeddingCache, FastEmbedder, description_text, embed_tools, get_embedder, model_dir,
-                         param_texts, split_name)
+                                  param_texts, split_name)
 
 
 def tool(name: str, desc: str, params: dict | None = None, required: list[str] | None = None) -> Tool:

@@ -7,7 +7,7 @@ import numpy as np
 from agentscaler.models import Tool
 from tasks.discover.embed import embed_tools
 from tasks.discover.graph import (build_graph, dataflow_edges, input_keys, load_graph, output_keys, save_graph,
-                         similarity_edges, undirected_weights)
+                                  similarity_edges, undirected_weights)
 
 
 def tool(name, desc, params=None, required=None, returns=None):

@@ -15,7 +15,7 @@ import pytest
 
 from agentscaler.llm import ChatReply, LLMClient, LLMFormatError
 from agentscaler.models import Tool
-from tasks.discover.check import llm_dependency_check, LLMDependencyChecker, parse_decision
+from tasks.discover.check import LLMDependencyChecker, llm_dependency_check, parse_decision
 from tasks.discover.config import DiscoverConfig
 from tasks.discover.domains import find_domains
 from tasks.discover.embed import embed_tools

@@ -17,8 +17,8 @@ from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from envs.sandbox import unsafe_from_env
 from envs.spec import ToolSpec
-from tasks.environments.llm_parse import extract_code, parse_rows, parse_tables, static_check, StepError
 from tasks.environments.llm import synthesize_llm
+from tasks.environments.llm_parse import StepError, extract_code, parse_rows, parse_tables, static_check
 from tasks.environments.synthesis import SynthesisError
 from tasks.environments.synthesize import synthesize_domain
 

@@ -11,9 +11,9 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
+from agentscaler.artifacts import save_tools
 from agentscaler.catalog import Catalog
 from agentscaler.models import Tool
-from agentscaler.artifacts import save_tools
 from agentscaler.workspace import Workspace, atomic_write_json
 from envs.sandbox import unsafe_from_env
 from envs.spec import DomainSpec
@@ -135,7 +135,7 @@ def test_failures_marked_and_reported(tmp_path):
 
 
 def test_cli_synthesize_and_show_domain(tmp_path):
-    from agentscaler.cli import app
+    from flows.cli import app
 
     ws = Workspace(tmp_path / "ws")
     small = TOOLS[:6]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
+from agentscaler.artifacts import contaminated_ids
 from agentscaler.models import GoldCall, Scenario
 from agentscaler.workspace import Workspace, atomic_write_jsonl
 from tasks.evaluation.contamination import call_atoms, check_contamination, find_contamination, jaccard, tau2_references
-from agentscaler.artifacts import contaminated_ids
 
 
 def _scenario(sid: str, intent: str, calls: list[tuple[str, dict]], split: str = "train") -> Scenario:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from agentscaler.artifacts import load_scenarios
 from agentscaler.models import Trajectory, Verdict
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl
 from tasks.evaluation.evaluate import eval_path, summarize
 from tasks.evaluation.report import funnel, report_markdown, write_report
 from tasks.scenarios.build import build_scenarios
-from agentscaler.artifacts import load_scenarios
 from tests.conftest import load_shop_builder
 
 

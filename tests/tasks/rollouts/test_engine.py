@@ -12,19 +12,19 @@ import os
 
 import pytest
 
+from agentscaler.artifacts import TRAJECTORIES
 from agentscaler.llm_server import free_port
 from agentscaler.models import Trajectory
 from agentscaler.workspace import Workspace, read_jsonl
-from tasks.rollouts.conversation import announces_action, END_REASONS, pending_write, RolloutConfig, trajectory_id
-from agentscaler.artifacts import TRAJECTORIES
-from tasks.rollouts.writer import TrajectoryWriter
+from tasks.rollouts.conversation import END_REASONS, RolloutConfig, announces_action, pending_write, trajectory_id
 from tasks.rollouts.engine import run_rollouts, select_scenarios
-from tasks.scenarios.build import build_scenarios
 from tasks.rollouts.users import NUDGE
+from tasks.rollouts.writer import TrajectoryWriter
+from tasks.scenarios.build import build_scenarios
 from tasks.verify.verify import verify_run
 from tests.conftest import load_shop_builder
-from tests.scripted_endpoint import scripted_endpoint
 from tests.llm_fixtures import local_llm  # noqa: F401 - session fixture
+from tests.scripted_endpoint import scripted_endpoint
 
 UNSAFE = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
 
@@ -166,7 +166,7 @@ def test_cli_rollout_and_verify(ws: Workspace) -> None:
     """`agentscaler rollout` / `verify` --json against the scripted oracle endpoint."""
     from typer.testing import CliRunner
 
-    from agentscaler.cli import app
+    from flows.cli import app
 
     runner = CliRunner()
     with scripted_server(ws) as url:

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from agentscaler.artifacts import load_scenarios
 from agentscaler.models import Scenario
 from agentscaler.schemas import errors
 from agentscaler.workspace import Workspace, read_jsonl
 from envs.spec import DomainSpec
-from tasks.scenarios.intents import check_intent
-from tasks.scenarios.config import ScenarioParams
-from tasks.scenarios.arguments import ground_arguments, StateView
-from tasks.scenarios.walks import adjacency, plan_walk
+from tasks.scenarios.arguments import StateView, ground_arguments
 from tasks.scenarios.build import build_scenarios, domain_split, generate
-from agentscaler.artifacts import load_scenarios
+from tasks.scenarios.config import ScenarioParams
 from tasks.scenarios.execute import replay, scenario_id
+from tasks.scenarios.intents import check_intent
 from tasks.scenarios.values import gen_value
+from tasks.scenarios.walks import adjacency, plan_walk
 from tests.data.domains.shop.build import build_shop
 
 
@@ -262,7 +262,7 @@ def test_skip_rebuild_and_catalog(tmp_path: Path) -> None:
 def test_cli_scenarios_and_show(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from agentscaler.cli import app
+    from flows.cli import app
 
     ws = Workspace(tmp_path / "ws")
     build_shop(ws.domain_dir("shop"))

@@ -81,8 +81,8 @@ def test_llm_writer_with_the_local_server(tmp_path: Path) -> None:
     from agentscaler.llm import LLMClient
     from agentscaler.llm_server import local_server
     from agentscaler.workspace import read_jsonl
-    from tasks.scenarios.intents import llm_intent_writer
     from tasks.scenarios.build import build_scenarios
+    from tasks.scenarios.intents import llm_intent_writer
 
     d = build_shop(tmp_path / "shop")
     with local_server() as url:

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from agentscaler.artifacts import TRAJECTORIES, load_scenarios
 from agentscaler.models import Scenario, Trajectory
 from agentscaler.workspace import Workspace
 from envs.spec import DomainSpec
-from agentscaler.artifacts import TRAJECTORIES
 from tasks.rollouts.conversation import trajectory_id
 from tasks.scenarios.build import build_scenarios
-from agentscaler.artifacts import load_scenarios
 from tasks.verify.verify import DomainTools, calls_match, verify_run, verify_trajectory
 from tests.conftest import load_shop_builder
 

@@ -1,5 +1,7 @@
 """The `agentscaler` command line: a thin shell over the flows (flows/) and the stage functions (tasks/).
 
+It lives with the flows, at the top of the layers, because it calls both (the core imports neither).
+
 Sections follow the pipeline: orchestration, corpus, discover, environments, scenarios, rollouts and
 verification, SFT, evaluation, the local LLM server. Commands and their --json outputs are a public
 interface: add, never rename.
