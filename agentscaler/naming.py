@@ -9,6 +9,7 @@ search queries, and the column a parameter refers to (`max_price` -> `price`).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 ROLE_PREFIXES = ("source_", "target_", "from_", "to_", "destination_", "origin_", "parent_", "new_", "old_",
                  "sender_", "receiver_", "primary_", "src_", "dst_", "other_", "dest_", "original_", "recipient_")
@@ -21,6 +22,7 @@ _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _NON_WORD = re.compile(r"[^a-z0-9]+")
 
 
+@lru_cache(maxsize=1 << 16)  # the same names recur in every call of every walk
 def snake(name: str) -> str:
     """camelCase / kebab / dotted names -> snake_case, lower ("" when nothing is left)."""
     return _NON_WORD.sub("_", _CAMEL.sub(r"\1_\2", str(name)).lower()).strip("_")

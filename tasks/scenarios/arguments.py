@@ -25,6 +25,7 @@ import json
 import random
 import re
 import sqlite3
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -196,11 +197,12 @@ def _same(a: Any, b: Any) -> bool:
     return a == b or str(a) == str(b)
 
 
-def param_keys(param: str) -> list[str]:
+@lru_cache(maxsize=1 << 14)  # the same parameters recur in every call of every walk
+def param_keys(param: str) -> tuple[str, ...]:
     """Column names a parameter may match, most specific first: userId -> user_id, max_price ->
     price, order_ids -> order_id, restaurantsId -> restaurant_id, source_account_id -> account_id."""
     s = snake(param) or param
-    keys = [param, s]
+    keys = [s]
     for k in (column_key(param), re.sub(r"_(uuid|ids)$", "_id", s)):
         if k and k not in keys:
             keys.append(k)
@@ -215,7 +217,7 @@ def param_keys(param: str) -> list[str]:
             k = re.sub(r"_(uuid|ids)$", "_id", base)
             if k not in keys:
                 keys.append(k)
-    return keys
+    return tuple(keys)
 
 
 def _nested(obj: Any, found: dict[str, list[Any]], depth: int) -> None:
