@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agentscaler.artifacts import SCENARIOS
 from agentscaler.hashing import content_hash
 from agentscaler.models import GoldCall, Scenario
 from agentscaler.workspace import atomic_write_jsonl
@@ -86,6 +87,6 @@ def tau2_scenarios(name: str, domain_dir: Path, limit: int | None = None, with_d
                                 gold_diff=env.diff() if with_diff else [],
                                 split="train" if tid in train else "heldout"))
     if write:
-        atomic_write_jsonl(domain_dir / "scenarios.jsonl", [s.model_dump() for s in out])
+        atomic_write_jsonl(domain_dir / SCENARIOS, [s.model_dump() for s in out])
     return out, {"scenarios": len(out), "skipped": dict(skipped), "errors": errors,
                  "dropped_failed_calls": dropped}

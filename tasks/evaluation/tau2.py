@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentscaler.artifacts import SCENARIOS
 from agentscaler.models import Scenario, Trajectory, Verdict
 from envs.episode import Environment
 from envs.sandbox import unsafe_from_env
@@ -213,7 +214,7 @@ def tau2_domain_dir(ws: Any, name: str) -> Path:
     d = ws.domain_dir(f"tau2_{name}")
     if not (d / "spec.json").exists():
         build_tau2_domain(name, d)
-    if not (d / "scenarios.jsonl").exists():
+    if not (d / SCENARIOS).exists():
         tau2_scenarios(name, d)
     return d
 

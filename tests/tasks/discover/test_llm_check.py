@@ -15,8 +15,10 @@ import pytest
 
 from agentscaler.llm import ChatReply, LLMClient, LLMFormatError
 from agentscaler.models import Tool
+from agentscaler.workspace import Workspace
 from tasks.discover.check import LLMDependencyChecker, llm_dependency_check, parse_decision
 from tasks.discover.config import DiscoverConfig
+from tasks.discover.discover import discover
 from tasks.discover.domains import find_domains
 from tasks.discover.embed import embed_tools
 from tasks.discover.graph import build_graph
@@ -123,6 +125,22 @@ def test_find_domains_hook_applies_the_llm_check():
     assert records2 == base and bad.stats["fallbacks"] == bad.stats["domains"] == 1  # the rules decide
     assert all(d["by"] == "rules" and "not valid JSON" in d["fallback_reason"]
                for c in report2["dependency_check"] for d in c["edge_decisions"])
+
+
+def test_discover_reports_the_llm_checks_cost(tmp_path):
+    """`agentscaler discover --llm-check`'s stage: requests, tokens and seconds in the summary (and on disk)."""
+    tools = TOOLS + [tool("get_product", "Get a product's details.", {"product_id": "product"}),
+                     tool("cancel_order", "Cancel an order.", {"order_id": "order"})]
+    ws = Workspace(tmp_path / "ws")
+    model = Scripted(_all_real_drop_cancel)
+    cfg = DiscoverConfig(embedding="fast", min_size=3, group_min_sim=-1, attach_min_sim=-1)
+    summary = discover(ws, tools=tools, cfg=cfg, draw=False, checker=LLMDependencyChecker(model))
+    cost = summary["llm_check"]
+    assert cost["requests"] == cost["domains"] == model.calls >= 1
+    assert cost["prompt_tokens"] == 50 * model.calls and cost["completion_tokens"] == 5 * model.calls
+    assert cost["seconds"] >= 0 and cost["by_llm"] == model.calls
+    assert json.loads((ws.graph_dir / "report.json").read_text())["summary"]["llm_check"] == cost
+    assert "llm_check" not in discover(ws, tools=tools, cfg=cfg, draw=False)  # off by default
 
 
 @pytest.mark.llm
