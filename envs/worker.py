@@ -287,6 +287,7 @@ class Worker:
         self.seed = store.load_seed_bytes(os.path.join(domain, raw.get("seed_path", "seed.sqlite")))
         self.conn = store.open_episode(self.seed)
         self.conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temp b-trees count in RLIMIT_AS, not on disk
+        self.conn.execute("SELECT count(*) FROM sqlite_master").fetchall()  # schema parsed once, shared
         self.guard = guard_connection(self.conn, time_limit)
         self.db = DB(self.conn, self.spec)
         self.code_path = os.path.join(domain, raw.get("code_path", "tools.py"))
@@ -301,6 +302,13 @@ class Worker:
         self._pending = b""
         self._poll = select.poll()
         self.hygiene = True  # undo signal tricks after each call; off when seccomp forbids them
+
+    def warm(self) -> None:
+        """Touch what the first call needs (copy-on-write faults, SQLite's parsed schema) before the
+        child is handed out."""
+        self.conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        _loads(_dumps({"op": "call", "name": "x", "args": {"k": [1, 2.5, None]}, "kind": "read"}))
+        _dumps_content({"k": [1, 2.5, None, "x"]}).encode("utf-8", "surrogatepass")
 
     def attach(self, rfd: int, wfd: int) -> None:
         self.rfd, self.wfd = rfd, wfd
@@ -560,14 +568,15 @@ class Zygote:
                     os._exit(70)
                 filt = install_child_seccomp(os.getpid())
                 report = {"child_seccomp": filt, **probe()} if first else {}
-                os.write(ready_w, _dumps(report).encode() + b"\n")
+                os.write(ready_w, _dumps(report).encode() + b"\n")  # the first report: before any tool code
                 os.close(ready_w)
+                w = self.worker
+                w.load_tools()  # while the spare waits, off the caller's path
+                w.warm()
                 if os.read(go_r, 1) != b"g":
                     os._exit(0)
                 os.close(go_r)
-                w = self.worker
                 w.attach(req_r, rep_w)
-                w.load_tools()
                 w.serve()
             except BaseException:  # noqa: BLE001 - stderr is /dev/null: the exit status says it
                 code = 71
