@@ -325,7 +325,7 @@ class Environment:
     def _begin(self, base: bytes | None) -> None:
         """Start an episode from the seed (base None) or a snapshot: a fresh child if tool code ran."""
         for attempt in range(2):
-            fresh = self.worker.tainted or attempt > 0
+            fresh = self.worker.tainted  # (after a crash the worker already holds a new child)
             if fresh:
                 self._fresh()
             if base is None and (fresh or self._image is _SEED):

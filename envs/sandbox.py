@@ -324,11 +324,11 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     # children -----------------------------------------------------------------------------------
-    def _activate(self, deadline: float) -> dict[str, int] | None:
+    def _activate(self, deadline: float, reap: bool = True) -> dict[str, int] | None:
         """Ask the zygote for the next child (it kills the current one and empties scratch); adopt
-        its pipes. Returns how the previous child ended ({"signal": n} / {"exit": n}), if any."""
+        its pipes. With reap, returns how the previous child ended ({"signal": n} / {"exit": n})."""
         self._close_child()
-        reply, fds = self._ctl_request({"op": "next"}, deadline)
+        reply, fds = self._ctl_request({"op": "next", "reap": reap}, deadline)
         if reply.get("ok") is not True or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
@@ -343,13 +343,14 @@ class WorkerProcess:
         self.tainted = False
         return reply.get("previous")
 
-    def fresh(self) -> dict[str, int] | None:
+    def fresh(self, reap: bool = False) -> dict[str, int] | None:
         """A new child (a pristine copy of the zygote, seed loaded) for the next episode; a full
-        restart if the zygote does not answer. Returns how the previous child ended, if known."""
+        restart if the zygote does not answer. reap: the current child may be running (it hung or
+        crashed): wait for it, and return how it ended."""
         if self.proc is None:
             raise WorkerCrashed("not running")
         try:
-            return self._activate(time.monotonic() + CTL_TIMEOUT)
+            return self._activate(time.monotonic() + CTL_TIMEOUT, reap)
         except (WorkerCrashed, OSError):
             try:
                 self.start()
@@ -375,12 +376,14 @@ class WorkerProcess:
                 except BlockingIOError:
                     self._wait(sock, select.POLLOUT, deadline)
         buf, fds = b"", []
+        spin_end = time.perf_counter_ns() + self.spin_ns  # as on the pipes: waking up costs more
         try:
             while len(buf) < HEADER.size or len(buf) < HEADER.size + HEADER.unpack_from(buf)[0]:
                 try:
                     msg, got, _, _ = socket.recv_fds(sock, READ_CHUNK, 2)
                 except BlockingIOError:
-                    self._wait(sock, select.POLLIN, deadline)
+                    if time.perf_counter_ns() > spin_end:
+                        self._wait(sock, select.POLLIN, deadline)
                     continue
                 fds += got
                 if not msg:
@@ -487,7 +490,7 @@ class WorkerProcess:
         except WorkerCrashed as exc:
             reason = str(exc)
         self.restarts += 1
-        previous = self.fresh()
+        previous = self.fresh(reap=True)
         raise WorkerCrashed(self._explain(reason, previous))
 
     def _roundtrip(self, obj: dict[str, Any], payload: bytes, timeout: float | None) -> tuple[dict, bytes]:

@@ -548,6 +548,7 @@ class Zygote:
         self.pid = os.getpid()
         self.active: int | None = None
         self.spare: dict[str, Any] | None = None
+        self.dying: list[int] = []  # killed, not yet reaped
 
     def fork_child(self, first: bool = False) -> dict[str, Any]:
         req_r, req_w = os.pipe()
@@ -611,17 +612,30 @@ class Zygote:
         except OSError:
             pass
 
-    def next(self) -> tuple[dict[str, Any], list[int]]:
-        """Kill the active child, empty scratch, activate the spare: (reply, the spare's pipe ends)."""
+    def next(self, reap: bool) -> tuple[dict[str, Any], list[int]]:
+        """Kill the active child, empty scratch, activate the spare: (reply, the spare's pipe ends).
+
+        reap: wait for the killed child (it may have been running: a hung or crashed call) and
+        report how it ended. Without it (a reset: the child is idle in its read, so it runs no tool
+        code) it is reaped later and its exit is not waited for."""
         reply: dict[str, Any] = {"ok": True}
         if self.active is not None:
             try:
                 os.kill(self.active, signal.SIGKILL)
             except OSError:
                 pass
-            _, st = os.waitpid(self.active, 0)
-            reply["previous"] = _status(st)
+            if reap:
+                _, st = os.waitpid(self.active, 0)
+                reply["previous"] = _status(st)
+            else:
+                self.dying.append(self.active)
             self.active = None
+        for pid in list(self.dying):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    self.dying.remove(pid)
+            except ChildProcessError:
+                self.dying.remove(pid)
         if self.scratch_writable:
             wipe(self.scratch)
         for _ in range(2):
@@ -652,7 +666,7 @@ class Zygote:
             buf = buf[HEADER.size + n:]
             fds: list[int] = []
             if req.get("op") == "next":
-                reply, fds = self.next()
+                reply, fds = self.next(bool(req.get("reap")))
             else:
                 reply = {"ok": False, "error": f"unknown op {req.get('op')!r}"}
             body = _dumps(reply).encode("utf-8", "surrogatepass")
