@@ -572,11 +572,11 @@ class Zygote:
                 os.write(ready_w, _dumps(report).encode() + b"\n")  # the first report: before any tool code
                 os.close(ready_w)
                 w = self.worker
-                w.load_tools()  # while the spare waits, off the caller's path
-                w.warm()
+                w.warm()  # off the caller's path; trusted code only: tool code runs after `go`
                 if os.read(go_r, 1) != b"g":
                     os._exit(0)
                 os.close(go_r)
+                w.load_tools()  # one process at a time runs tool code: the active child
                 w.attach(req_r, rep_w)
                 w.serve()
             except BaseException:  # noqa: BLE001 - stderr is /dev/null: the exit status says it
