@@ -11,7 +11,7 @@ Layers (reported as `WorkerProcess.isolation`, a dict of layer -> bool):
                 where bwrap is unusable: then nothing is writable)
   pid         - own pid namespace: the parent and other processes are invisible
   seccomp     - socket/connect/exec/fork/clone/kill/ptrace/mount/setrlimit... fail with EPERM;
-                signals only to the calling process itself
+                no signal to any process (a child may not signal itself either)
   rlimits     - RLIMIT_AS (the memory budget less the scratch size), NOFILE, NPROC, FSIZE, CPU, CORE
   environment - the worker's environment holds only PATH, LANG, LC_ALL, HOME, TMPDIR: no secret of
                 the caller (API keys, tokens) reaches tool code

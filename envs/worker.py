@@ -12,8 +12,8 @@ the spare go and hands the parent the spare's two pipe ends (SCM_RIGHTS). Every 
 starts in a process that is a copy-on-write image of the zygote: module state, SQL functions on
 the connection, the db helper, scratch files and rlimits of a previous episode cannot reach it.
 
-Child (runs tool code): adds a seccomp filter of its own (no fork/clone, no signals to other
-processes), reports what confinement it sees (the first child only: the isolation report goes to
+Child (runs tool code): adds a seccomp filter of its own (no fork/clone, no signal to any
+process), reports what confinement it sees (the first child only: the isolation report goes to
 the parent before any tool code is loaded), waits for `go`, imports tools.py, then serves
 envs.pipe frames on its own pipe pair until EOF. Its replies echo the request's nonce (envs.pipe);
 state hashing and diffs are done by the parent from `snapshot` bytes, never in here.
@@ -83,10 +83,10 @@ DENY_SYSCALLS = [
 # Signal handlers and timers are fixed once the zygote is set up, so tool code cannot leave a trap
 # for a later call (and the worker need not undo such tricks after every call).
 SIGNAL_SYSCALLS = ["rt_sigaction", "sigaction", "signal", "timer_create"]
-# Added in each child: no new processes or threads, no signals to another process (the zygote, the
-# next episode's child), no handles on other processes.
-CHILD_SYSCALLS = ["fork", "vfork", "clone", "clone3", "kill", "pidfd_open", "pidfd_send_signal", "pidfd_getfd"]
-SELF_SIGNAL_SYSCALLS = ["tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"]  # first argument: the target
+# Added in each child: no new processes or threads, no signal to any process (the zygote, the next
+# episode's child; the child itself too: nothing in the worker needs it), no handles on processes.
+CHILD_SYSCALLS = ["fork", "vfork", "clone", "clone3", "kill", "tkill", "tgkill", "rt_sigqueueinfo",
+                  "rt_tgsigqueueinfo", "pidfd_open", "pidfd_send_signal", "pidfd_getfd"]
 
 
 def set_rlimits(limits: dict[str, int]) -> bool:
@@ -126,20 +126,17 @@ def install_seccomp() -> tuple[bool, bool]:
     return True, fixed
 
 
-def install_child_seccomp(pid: int) -> bool:
-    """A child's own filter on top of the zygote's: no fork/clone/kill, and signals only to itself."""
+def child_seccomp() -> Any:
+    """The children's own filter (on top of the zygote's), built once in the zygote; each child
+    loads it. None without pyseccomp."""
     try:
         import pyseccomp as seccomp
     except Exception:  # noqa: BLE001
-        return False
+        return None
     f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
     for name in CHILD_SYSCALLS:
         _deny(f, seccomp, name)
-    for name in SELF_SIGNAL_SYSCALLS:
-        if not _deny(f, seccomp, name, seccomp.Arg(0, seccomp.NE, pid)):
-            _deny(f, seccomp, name)
-    f.load()
-    return True
+    return f
 
 
 def set_parent_death_signal() -> None:
@@ -540,7 +537,7 @@ def _status(st: int) -> dict[str, int]:
 class Zygote:
     """Forks the children; never runs tool code. One child is active, one spare is forked ahead."""
 
-    def __init__(self, worker: Worker, ctl: socket.socket, scratch_writable: bool, scratch: str):
+    def __init__(self, worker: Worker, ctl: socket.socket, scratch_writable: bool, scratch: str, use_seccomp: bool):
         self.worker = worker
         self.ctl = ctl
         self.scratch_writable = scratch_writable
@@ -549,6 +546,7 @@ class Zygote:
         self.active: int | None = None
         self.spare: dict[str, Any] | None = None
         self.dying: list[int] = []  # killed, not yet reaped
+        self.filter = child_seccomp() if use_seccomp else None
 
     def fork_child(self, first: bool = False) -> dict[str, Any]:
         req_r, req_w = os.pipe()
@@ -567,8 +565,9 @@ class Zygote:
                 set_parent_death_signal()
                 if os.getppid() != self.pid:
                     os._exit(70)
-                filt = install_child_seccomp(os.getpid())
-                report = {"child_seccomp": filt, **probe()} if first else {}
+                if self.filter is not None:
+                    self.filter.load()
+                report = {"child_seccomp": self.filter is not None, **probe()} if first else {}
                 os.write(ready_w, _dumps(report).encode() + b"\n")  # the first report: before any tool code
                 os.close(ready_w)
                 w = self.worker
@@ -745,7 +744,7 @@ def main(argv: list[str] | None = None) -> None:
     # From here on nothing reaches the parent except over the private socket and pipes.
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    z = Zygote(w, ctl, bool(a.scratch_writable), a.scratch)
+    z = Zygote(w, ctl, bool(a.scratch_writable), a.scratch, bool(layers["seccomp"]))
     try:
         z.spare = z.fork_child(first=True)
         report = z.wait_ready(z.spare) or {}
