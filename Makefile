@@ -51,7 +51,12 @@ sysdeps:
 demo: install
 	$(BIN)/agentscaler --workspace workspace demo
 
-test: install
+# The local model must generate on this machine before anything else is tested: the smoke check scans
+# the engine's libraries for instructions outside the portable set and gets one real completion.
+smoke: install
+	$(BIN)/python -m agentscaler.llm_server --smoke
+
+test: install smoke
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: install

@@ -6,7 +6,8 @@ without a conversion step; evaluating it through the same HTTP contract as every
 
 `hf_server(checkpoint_dir)` starts `python -m agentscaler.hf_server --checkpoint DIR --port P` as a
 subprocess on loopback, waits until `/v1/models` answers, yields the base URL
-(`http://127.0.0.1:P/v1`) and stops it afterwards. Inside the server:
+(`http://127.0.0.1:P/v1`) and stops it afterwards; the server dies with the process that started it
+(agentscaler.llm_server.die_with_parent). Inside the server:
 
 - The prompt is the checkpoint tokenizer's own chat template (the template SFT trained with,
   training/chat_template.py), with `tools` passed through, and the generation prompt appended.
@@ -34,7 +35,7 @@ from typing import Any
 
 
 from agentscaler.llm import LLMFormatError, parse_hermes_tool_calls
-from agentscaler.llm_server import LLMServerError, default_log_path, free_port, serve_process
+from agentscaler.llm_server import LLMServerError, default_log_path, die_with_parent, free_port, serve_process
 
 __all__ = ["HFServerError", "build_app", "hf_server", "normalize_messages"]
 
@@ -243,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model-alias", default=None)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
+    die_with_parent()  # no checkpoint server outlives the process that started it
     import uvicorn
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -24,7 +24,7 @@ import sqlite3
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +36,14 @@ from agentscaler.hashing import canonical_json, content_hash
 from agentscaler.schemas import check
 
 __all__ = [
-    "ChatReply", "LLMClient", "LLMError", "LLMFormatError", "LLMHTTPError", "LLMTimeoutError",
-    "LLMTransportError", "is_transient", "parse_hermes_tool_calls", "parse_json_reply", "parse_reply",
+    "ChatReply", "LLMClient", "LLMError", "LLMFormatError", "LLMHTTPError", "LLMServerExited", "LLMTimeoutError",
+    "LLMTransportError", "LOCAL_SERVERS", "is_transient", "parse_hermes_tool_calls", "parse_json_reply", "parse_reply",
 ]
+
+# Endpoints served by a process this one started (agentscaler.llm_server.serve_process): base URL ->
+# a function that says how that process ended, or None while it runs. A dropped connection to one
+# of them is then reported as the server's death, not retried as a network error.
+LOCAL_SERVERS: dict[str, Callable[[], str | None]] = {}
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -79,6 +84,11 @@ class LLMTimeoutError(LLMError):
     """The whole request (connect to last byte) took longer than the per-request timeout."""
 
     transient = True
+
+
+class LLMServerExited(LLMError):
+    """A server this process started (the local llama.cpp or checkpoint server) has exited, e.g.
+    killed by a signal: no retry can help. The message names the signal and the server's log."""
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -448,9 +458,24 @@ class LLMClient:
                 return await self._post_once(body)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    @staticmethod
+    async def _server_exit(endpoint: str, wait_s: float) -> str | None:
+        """How the local server at endpoint ended, if this process started it and it has exited (a
+        dropped connection comes a moment before the exit status: wait up to wait_s for it)."""
+        check = LOCAL_SERVERS.get(endpoint)
+        if check is None:
+            return None
+        deadline = time.monotonic() + wait_s
+        while (why := check()) is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return why
+
     async def _post_once(self, body: dict[str, Any]) -> tuple[dict[str, Any], float, str]:
         http, cond = self._bind_loop()
         endpoint = await self._acquire(cond)
+        if why := await self._server_exit(endpoint, 0.0):
+            await self._release(cond, endpoint, False)
+            raise LLMServerExited(why)
         shard = min(range(len(self._shards)), key=self._shard_busy.__getitem__)  # always has a free connection
         http = self._shards[shard]
         self._shard_busy[shard] += 1
@@ -467,6 +492,8 @@ class LLMClient:
             raise LLMTimeoutError(f"{type(e).__name__} from {url} (timeout {self.timeout}s)") from None
         except httpx.TransportError as e:
             down = True
+            if why := await self._server_exit(endpoint, 2.0):
+                raise LLMServerExited(why) from None
             raise LLMTransportError(f"{type(e).__name__} talking to {url}: {e}") from None
         finally:
             self._shard_busy[shard] -= 1

@@ -14,13 +14,27 @@ tool results as `<tool_response>` turns. Calls in the output are moved into `too
 they parse strictly; otherwise the text stays in `content` and our client raises LLMFormatError.
 `tool_choice="required"` (or a named function) constrains the output with a grammar built from
 the tools' JSON Schemas, so even a 135M model then emits a well-formed call.
+
+Lifetime: a server started here dies with the process that started it (PR_SET_PDEATHSIG, set by
+the server itself at start), so SIGTERM, SIGINT or SIGKILL to `agentscaler llm serve`, a flow or a
+test leaves no llama.cpp process holding memory and a port. While it runs, a client of this
+process that loses its connection learns that the server exited, on which signal, and where its
+log is (agentscaler.llm.LLMServerExited), instead of retrying a dead endpoint.
+
+`python -m agentscaler.llm_server --smoke` checks a fresh install: the ggml libraries hold no
+instruction outside the portable set (AVX-512, AMX; with objdump) and the real server answers one
+completion. `make test` runs it first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import importlib.util
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,10 +47,11 @@ from typing import Any
 
 import httpx
 
-from agentscaler.llm import LLMFormatError, parse_hermes_tool_calls
+from agentscaler.llm import LOCAL_SERVERS, LLMClient, LLMError, LLMFormatError, parse_hermes_tool_calls
 
 HERMES_FORMAT = "agentscaler-hermes"
 DEFAULT_ALIAS = "smollm2-135m"
+PARENT_ENV = "AGENTSCALER_PARENT_PID"
 
 
 class LLMServerError(RuntimeError):
@@ -71,8 +86,8 @@ def _log_tail(path: Path, n: int = 30) -> str:
 
 def server_command(model_path: Path, host: str, port: int, n_ctx: int, chat_format: str,
                    model_alias: str, n_threads: int | None) -> list[str]:
-    module = "agentscaler.llm_server" if chat_format == HERMES_FORMAT else "llama_cpp.server"
-    cmd = [sys.executable, "-m", module, "--model", str(model_path), "--model_alias", model_alias,
+    # Always through our entry point (it adds a chat format and ties the server's life to ours).
+    cmd = [sys.executable, "-m", "agentscaler.llm_server", "--model", str(model_path), "--model_alias", model_alias,
            "--host", host, "--port", str(port), "--n_ctx", str(n_ctx), "--chat_format", chat_format]
     if n_threads:
         cmd += ["--n_threads", str(n_threads), "--n_threads_batch", str(n_threads)]
@@ -117,12 +132,31 @@ def serve_process(cmd: list[str], base_url: str, log_path: Path | str, env: dict
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
+                                start_new_session=True, env=env | {PARENT_ENV: str(os.getpid())})
+    LOCAL_SERVERS[base_url] = lambda: None if proc.poll() is None else exit_message(what, proc.returncode, log_path)
     try:
         _wait_ready(proc, base_url, startup_timeout, log_path, what, error)
         yield base_url
     finally:
+        LOCAL_SERVERS.pop(base_url, None)
         _stop(proc)
+
+
+def exit_message(what: str, returncode: int, log_path: Path) -> str:
+    """'the local LLM server exited (signal 4, see log /tmp/...)'."""
+    how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+    return f"the {what} exited ({how}, see log {log_path})"
+
+
+def die_with_parent() -> None:
+    """In a server subprocess: get SIGKILL when the process that started it ends, however it ends
+    (Linux PR_SET_PDEATHSIG); exit now if it already has."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(parent):
+        os._exit(0)
 
 
 def _wait_ready(proc: subprocess.Popen, base_url: str, timeout: float, log_path: Path, what: str,
@@ -130,8 +164,8 @@ def _wait_ready(proc: subprocess.Popen, base_url: str, timeout: float, log_path:
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
-            raise error(f"{what} exited with code {proc.returncode} during start-up "
-                        f"(log {log_path}):\n{_log_tail(log_path)}")
+            how = f"with code {proc.returncode}" if proc.returncode >= 0 else f"on signal {-proc.returncode}"
+            raise error(f"{what} exited {how} during start-up (log {log_path}):\n{_log_tail(log_path)}")
         try:
             if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
                 return
@@ -273,6 +307,7 @@ def hermes_chat_handler(llama: Any, messages: list[dict[str, Any]], tools: list[
 
 def _serve(argv: list[str]) -> None:
     """Entry of the server subprocess: register our chat format, then run llama-cpp-python's server."""
+    die_with_parent()
     from llama_cpp import llama_chat_format, llama_grammar
     from llama_cpp.server.__main__ import main
 
@@ -287,5 +322,87 @@ def _serve(argv: list[str]) -> None:
     main()
 
 
+# --- smoke check of a fresh install ---------------------------------------------------------------
+
+# What a portable build must not hold (the machines advertise them; a VM may not allow them): POSIX
+# extended regexes for grep (fast over a million lines), matched on objdump's instruction field.
+_AMX = "\t(ldtilecfg|sttilecfg|tileloadd|tilestored|tilerelease|tilezero|tdp|tcmm)|%tmm[0-7]"
+_AVX512 = ("%zmm|%k[0-7]|\\{1to|%[xy]mm(1[6-9]|2[0-9]|3[01])|\t(vpternlog|vpermt2|vpermi2|vp?compress|vp?expand|"
+           "vscalef|vrndscale|vgetexp|vgetmant|vfixupimm|vpconflict|vplzcnt|"
+           "k(mov|and|andn|or|xor|xnor|not|ortest|test|shiftl|shiftr|unpck|add)[bwdq])")
+
+
+def ggml_libraries() -> list[Path]:
+    """The shared libraries of the installed llama-cpp-python, one path per library (the wheel holds
+    libX.so, libX.so.0 and libX.so.0.N.M as copies of one file)."""
+    found = importlib.util.find_spec("llama_cpp")
+    if found is None or not found.origin:
+        return []
+    seen: dict[tuple[str, int], Path] = {}
+    for p in sorted((Path(found.origin).parent / "lib").glob("*.so*")):
+        seen.setdefault((p.name.split(".so")[0], p.stat().st_size), p.resolve())
+    return list(seen.values())
+
+
+def scan_instructions(libraries: list[Path]) -> list[str]:
+    """AVX-512 and AMX instructions in the libraries' code (objdump -d, filtered by grep), one line
+    per library and kind naming what was found. Empty when clean."""
+    objdump, grep = shutil.which("objdump"), shutil.which("grep")
+    if objdump is None or grep is None:
+        raise FileNotFoundError("objdump (Debian: binutils) or grep is not installed")
+    problems = []
+    for lib in libraries:
+        with subprocess.Popen([objdump, "-d", "--no-show-raw-insn", str(lib)], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL) as dump:
+            found = subprocess.run([grep, "-E", f"{_AMX}|{_AVX512}"], stdin=dump.stdout, capture_output=True,
+                                   text=True, errors="replace").stdout.splitlines()
+        hits: dict[str, dict[str, int]] = {"AMX": {}, "AVX-512": {}}
+        for line in found:
+            names = hits["AMX" if re.search(_AMX, line) else "AVX-512"]
+            name = line.split("\t")[-1].split()[0] if "\t" in line else "?"
+            names[name] = names.get(name, 0) + 1
+        for kind, names in hits.items():
+            if names:
+                top = ", ".join(f"{n} x{c}" for n, c in sorted(names.items(), key=lambda x: -x[1])[:8])
+                problems.append(f"{lib.name}: {sum(names.values())} {kind} instructions ({top})")
+    return problems
+
+
+def smoke(startup_timeout: float = 180.0) -> int:
+    """Fail loudly and early when the local model cannot generate here: the installed engine's
+    instruction set, then one real completion. Returns a process exit status."""
+    libs = ggml_libraries()
+    if not libs:
+        print("smoke: llama-cpp-python is not installed (make llama)", file=sys.stderr)
+        return 1
+    try:
+        problems = scan_instructions(libs)
+    except FileNotFoundError as exc:
+        print(f"smoke: instruction scan skipped: {exc}", file=sys.stderr)
+        problems = []
+    if problems:
+        print("smoke: the local LLM engine was built for another processor: it holds instructions this kind of "
+              "machine may not run (rebuild it portably: make llama)\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 1
+    log = default_log_path("smoke.log")
+    t = time.monotonic()
+    try:
+        with local_server(log_path=log, startup_timeout=startup_timeout) as url:
+            reply = LLMClient(url, timeout=120, max_retries=0).chat_sync(
+                [{"role": "user", "content": "Say hello."}], max_tokens=8, stage="smoke")
+    except (LLMServerError, LLMError) as exc:
+        print(f"smoke: the local LLM server did not answer: {exc}\n{_log_tail(log)}", file=sys.stderr)
+        return 1
+    tokens = reply.usage.get("completion_tokens", 0)
+    if not tokens or not (reply.content or "").strip():
+        print(f"smoke: the local LLM server answered with nothing ({reply.raw}); log {log}", file=sys.stderr)
+        return 1
+    print(f"smoke: ok ({len(libs)} ggml libraries clean; {tokens} tokens from {DEFAULT_ALIAS} in "
+          f"{time.monotonic() - t:.1f} s: {reply.content.strip()[:60]!r})")
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--smoke"]:
+        sys.exit(smoke())
     _serve(sys.argv[1:])

@@ -6,25 +6,54 @@
     env.state_hash(); env.diff(); env.close()
 
 Arguments are validated here (in the parent, compiled validators cached) before anything reaches the
-worker. If the worker hangs or dies, it is killed and restarted, the episode's state is rebuilt by
-replaying the episode's successful writes (tools are deterministic: fixed clock, deterministic ids),
-and the caller gets a tool error.
+worker. Each episode runs in a fresh sandbox child once tool code has run (reset and restore ask the
+worker's zygote for one), so nothing a tool did in one episode reaches the next. The state hash and
+diff are computed here (envs.state.StateOracle) from the database image the worker sends, never by
+code tool code could change. If the worker hangs or dies, its child is replaced, the episode's
+state is rebuilt by replaying the episode's successful writes (tools are deterministic: fixed clock,
+deterministic ids), and the caller gets a tool error; a rebuild that does not reproduce the episode
+(a replayed write fails or answers differently, or the state before the crash is known here and
+the rebuilt one differs) fails the episode: calls return errors and state_hash()/diff() raise
+SandboxError until the next reset.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from agentscaler.schemas import check
+from envs import store
 from envs.fastcheck import flat_checker
-from envs.sandbox import SandboxError, WorkerCrashed, WorkerProcess
+from envs.sandbox import RequestTooLarge, SandboxError, WorkerCrashed, WorkerProcess
 from envs.spec import DomainSpec
+from envs.state import StateOracle
 
 __all__ = ["Environment", "ToolResult", "SandboxError"]
 
-STATE_TIMEOUT = 120.0  # reset / hash / diff / snapshot on big databases
+STATE_TIMEOUT = 120.0  # reset / restore / snapshot on big databases
+_SEED = object()  # Environment._image: the state is the seed
+
+
+def _nonfinite(value: Any) -> bool:
+    """True when value holds a NaN or an infinity (not JSON; NaN passes every numeric bound)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+def _same_output(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
 class ToolResult:
@@ -77,8 +106,13 @@ class Environment:
             fast = flat_checker(t.parameters) if self._checks[t.name].problem is None else None
             if fast is not None:
                 self._fast[t.name] = fast
-        self._writes: list[tuple[str, dict[str, Any]]] = []  # successful writes since reset (replay log)
+        # successful writes since reset (the replay log): name, arguments, output (JSON text or value)
+        self._writes: list[tuple[str, dict[str, Any], Any]] = []
         self._base: bytes | None = None  # restored snapshot the episode started from (None = seed)
+        self._image: Any = _SEED  # the state's database image when known here (None: ask the worker)
+        self._seed: bytes | None = None
+        self._oracle: StateOracle | None = None
+        self._failed: str | None = None  # why the episode's state was lost (until the next reset)
         self.scenario: Any = None
         self.closed = False
 
@@ -86,17 +120,18 @@ class Environment:
     @classmethod
     def open(cls, domain_dir: Path | str, *, unsafe: bool = False, time_limit: float = 2.0,
              memory_mb: int = 1024, max_reply: int = 4 << 20, check_code: bool = True,
-             spin_us: int | None = None) -> "Environment":
+             spin_us: int | None = None, scratch_mb: int = 32) -> "Environment":
         """Start the sandboxed worker for domain_dir. Raises SandboxError when isolation is missing
         (unless unsafe) or, with check_code, when tools.py fails to load. spin_us: how long caller
-        and worker busy-wait for each other before sleeping (default: envs.sandbox.default_spin_us)."""
+        and worker busy-wait for each other before sleeping (default: envs.sandbox.default_spin_us).
+        memory_mb: each worker process's budget, scratch_mb of it the scratch tmpfs."""
         domain_dir = Path(domain_dir)
         try:
             spec = DomainSpec.load(domain_dir)
         except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
             raise SandboxError(f"{domain_dir}: cannot read spec.json: {exc}") from None
         worker = WorkerProcess(domain_dir, unsafe=unsafe, time_limit=time_limit, memory_mb=memory_mb,
-                               max_reply=max_reply, spin_us=spin_us)
+                               max_reply=max_reply, spin_us=spin_us, scratch_mb=scratch_mb)
         worker.start()
         if check_code and worker.load_error:
             worker.close()
@@ -121,11 +156,10 @@ class Environment:
         return [t.openai_schema() for t in self.spec.tools]
 
     def reset(self, scenario: Any = None) -> dict[str, Any]:
-        """Fresh copy of the seed. Returns the observation: domain, tools, and the scenario's
-        public fields (intent, user facts) when one is given."""
-        self._state_op({"op": "reset"})
-        self._writes.clear()
-        self._base = None
+        """Fresh copy of the seed, in a fresh sandbox child once tool code has run. Returns the
+        observation: domain, tools, and the scenario's public fields (intent, user facts) when one
+        is given."""
+        self._begin(None)
         self.scenario = scenario
         obs: dict[str, Any] = {"domain": self.spec.id, "tools": self.tools()}
         if scenario is not None:
@@ -138,6 +172,8 @@ class Environment:
         if not self.closed:
             self.closed = True
             self.worker.close()
+            if self._oracle is not None:
+                self._oracle.close()
 
     def __enter__(self) -> "Environment":
         return self
@@ -166,6 +202,8 @@ class Environment:
         if not isinstance(arguments, dict):
             return None, ToolResult(False, None, f"arguments of {name} must be a JSON object, "
                                                  f"got {type(arguments).__name__}")
+        if _nonfinite(arguments):
+            return None, ToolResult(False, None, f"arguments of {name} hold NaN or Infinity, which are not JSON numbers")
         fast = self._fast.get(name)
         if fast is not None and fast(arguments):
             return name, arguments
@@ -186,17 +224,24 @@ class Environment:
         name_ok, args = self._check(name, arguments)
         if name_ok is None:
             return args  # type: ignore[return-value]
+        if self._failed:
+            return ToolResult(False, None, self._lost())
         kind = self._kinds[name]
+        before, self._image = self._image, None  # tool code runs: the state is the worker's to tell
         try:
             reply, payload = self.worker.request({"op": "call", "name": name, "args": args, "kind": kind})
+        except RequestTooLarge as exc:  # nothing was sent
+            self._image = before
+            return ToolResult(False, None, f"arguments of {name} are too large: {exc}")
         except (TypeError, ValueError) as exc:  # raised while encoding, before anything was sent
+            self._image = before
             return ToolResult(False, None, f"arguments of {name} are not JSON-serializable: {exc}")
         except WorkerCrashed as exc:
-            self._recover()
+            self._recover(before)
             return ToolResult(False, None, f"tool {name} {exc}; the sandbox was restarted")
         if reply.get("ok") is True:
             if kind == "write":
-                self._writes.append((name, args))
+                self._writes.append((name, args, payload))
             return ToolResult(True, None, None, raw=payload)
         return ToolResult(False, None, str(reply.get("error") or "tool error"))
 
@@ -228,7 +273,12 @@ class Environment:
                 results[i] = a  # type: ignore[assignment]
             else:
                 send.append((i, n, a))  # type: ignore[arg-type]
+        if send and self._failed:
+            for i, _, _ in send:
+                results[i] = ToolResult(False, None, self._lost())
+            send = []
         if send:
+            before, self._image = self._image, None
             try:
                 reply, _ = self.worker.request(
                     {"op": "batch", "calls": [[n, a, self._kinds[n]] for _, n, a in send]},
@@ -238,67 +288,145 @@ class Environment:
                 for (i, n, a), r in zip(send, reply["results"]):
                     if r.get("ok") is True:
                         if self._kinds[n] == "write":
-                            self._writes.append((n, a))
+                            self._writes.append((n, a, r.get("content")))
                         results[i] = ToolResult(True, r.get("content"), None)
                     else:
                         results[i] = ToolResult(False, None, str(r.get("error") or "tool error"))
             except WorkerCrashed:
                 # Rebuild the state before the batch, then run the calls one by one to attribute the crash.
-                self._recover()
+                self._recover(before)
                 for i, n, a in send:
                     results[i] = self.call(n, a)
             except (KeyError, TypeError, ValueError, AttributeError):
                 # unencodable arguments, or a reply that is not a batch reply: one by one instead
-                self.worker.kill()
-                self._recover()
+                self.worker.restarts += 1
+                self._fresh()
+                self._recover(before)
                 for i, n, a in send:
                     results[i] = self.call(n, a)
         return results  # type: ignore[return-value]
 
     # state --------------------------------------------------------------------------------------
-    def _state_op(self, req: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
+    def _fresh(self) -> None:
+        try:
+            self.worker.fresh()
+        except WorkerCrashed as exc:
+            raise SandboxError(f"sandbox worker for {self.domain_dir} {exc}") from None
+
+    def _begin(self, base: bytes | None) -> None:
+        """Start an episode from the seed (base None) or a snapshot: a fresh child if tool code ran."""
         for attempt in range(2):
+            fresh = self.worker.tainted  # (after a crash the worker already holds a new child)
+            if fresh:
+                self._fresh()
+            if base is None and (fresh or self._image is _SEED):
+                break  # a fresh or untouched child already holds the seed
             try:
-                reply, out = self.worker.request(req, payload, timeout=STATE_TIMEOUT)
+                reply, _ = self.worker.request({"op": "reset"}, base or b"", timeout=STATE_TIMEOUT)
             except WorkerCrashed as exc:
                 if attempt:
-                    raise SandboxError(f"sandbox worker failed during {req['op']}: {exc}") from None
-                self._recover()
+                    raise SandboxError(f"sandbox worker failed during reset: {exc}") from None
                 continue
-            if reply.get("ok") is not True:
-                raise SandboxError(f"{req['op']} failed: {reply.get('error')}")
-            return reply, out
+            except RequestTooLarge as exc:
+                raise SandboxError(f"cannot restore this snapshot: {exc}") from None
+            if reply.get("ok") is True:
+                break
+            if attempt:
+                raise SandboxError(f"reset failed: {reply.get('error')}")
+        self._writes.clear()
+        self._base = None if base is None else bytes(base)
+        self._image = _SEED if base is None else self._base
+        self._failed = None
+
+    def _seed_bytes(self) -> bytes:
+        if self._seed is None:
+            self._seed = store.load_seed_bytes(self.domain_dir / self.spec.seed_path)
+        return self._seed
+
+    def _state(self) -> StateOracle:
+        if self._oracle is None:
+            self._oracle = StateOracle(self.spec.tables, self._seed_bytes())
+        return self._oracle
+
+    def _lost(self) -> str:
+        return f"the episode's state was lost ({self._failed}); reset the environment"
+
+    def _current_image(self) -> bytes:
+        """The state's database image: known here, or the worker's snapshot (a worker that cannot
+        take one, e.g. out of memory, is replaced and the episode rebuilt, once)."""
+        if self._failed:
+            raise SandboxError(self._lost())
+        if self._image is _SEED:
+            return self._seed_bytes()
+        if self._image is not None:
+            return self._image
+        for attempt in range(2):
+            try:
+                reply, out = self.worker.request({"op": "snapshot"}, timeout=STATE_TIMEOUT)
+            except WorkerCrashed as exc:
+                reply, out = {"ok": False, "error": str(exc)}, b""
+            else:
+                if reply.get("ok") is True and out:
+                    self._image = out
+                    return out
+                self.worker.restarts += 1
+                self._fresh()
+            if attempt:
+                raise SandboxError(f"sandbox worker failed during snapshot: {reply.get('error')}")
+            self._recover(None)
+            if self._failed:
+                raise SandboxError(self._lost())
         raise AssertionError("unreachable")
 
     def state_hash(self) -> str:
-        """Canonical hash of the episode's state (column policies applied)."""
-        return self._state_op({"op": "hash"})[0]["hash"]
+        """Canonical hash of the episode's state (column policies applied), computed here."""
+        return self._state().hash(self._current_image())
 
     def diff(self, against: bytes | None = None) -> list[dict[str, Any]]:
         """Field-level diff from `against` (a snapshot(); default: the seed) to the current state."""
-        return self._state_op({"op": "diff"}, against or b"")[0]["diff"]
+        return self._state().diff(self._current_image(), against or None)
 
     def snapshot(self) -> bytes:
         """The episode's database image (restore() it later, or diff(against=...))."""
-        return self._state_op({"op": "snapshot"})[1]
+        return self._current_image()
 
     def restore(self, snapshot: bytes) -> None:
         """Continue the episode from a snapshot() (the replay log restarts from there)."""
-        self._state_op({"op": "reset"}, snapshot)
-        self._writes.clear()
-        self._base = bytes(snapshot)
+        self._begin(bytes(snapshot))
 
     # recovery -----------------------------------------------------------------------------------
-    def _recover(self) -> None:
-        """Restart the worker and rebuild the episode state: base image + replay of the writes."""
-        self.worker.restarts += 1
-        self.worker.start()
+    def _recover(self, before: Any) -> None:
+        """The worker now holds a fresh child (the seed): rebuild the episode there from its base
+        image and a replay of its writes. `before` is the state before the failed operation when
+        known here (_SEED, an image, or None). The episode fails unless every replayed write
+        succeeds with its recorded output and, where `before` is known, the rebuilt state hashes
+        equal to it."""
+        self._image = None
         try:
-            self.worker.request({"op": "reset"}, self._base or b"", timeout=STATE_TIMEOUT)
+            if self._base is not None:
+                reply, _ = self.worker.request({"op": "reset"}, self._base, timeout=STATE_TIMEOUT)
+                if reply.get("ok") is not True:
+                    raise SandboxError(f"restore failed: {reply.get('error')}")
             if self._writes:
-                self.worker.request({"op": "batch", "calls": [[n, a, "write"] for n, a in self._writes]},
-                                    timeout=self.worker.time_limit * len(self._writes) + STATE_TIMEOUT)
-        except WorkerCrashed:
-            self.worker.start()
-            self._writes.clear()
-            self._base = None
+                reply, _ = self.worker.request(
+                    {"op": "batch", "calls": [[n, a, "write"] for n, a, _ in self._writes]},
+                    timeout=self.worker.time_limit * len(self._writes) + STATE_TIMEOUT)
+                results = reply.get("results")
+                if not isinstance(results, list) or len(results) != len(self._writes):
+                    raise SandboxError("the replay's reply does not match its calls")
+                for (n, _, out), r in zip(self._writes, results):
+                    if not isinstance(r, dict) or r.get("ok") is not True:
+                        raise SandboxError(f"write {n} failed on replay: {r.get('error') if isinstance(r, dict) else r}")
+                    recorded = json.loads(out) if isinstance(out, bytes) else out
+                    if not _same_output(recorded, r.get("content")):
+                        raise SandboxError(f"write {n} answered differently on replay")
+            if before is not None:
+                want = self._seed_bytes() if before is _SEED else before
+                reply, now = self.worker.request({"op": "snapshot"}, timeout=STATE_TIMEOUT)
+                oracle = self._state()
+                if reply.get("ok") is not True or oracle.hash(now) != oracle.hash(want):
+                    raise SandboxError("the rebuilt state differs from the state before the crash")
+                self._image = now
+        except (WorkerCrashed, SandboxError, RequestTooLarge, ValueError) as exc:
+            self._failed = f"rebuilding it after the sandbox was restarted failed: {exc}"
+            self._image = None

@@ -1,7 +1,10 @@
 """What both ends of the sandbox pipe share: the frame header and the spin-then-sleep read.
 
-Frame: 8-byte header (json length, binary length, big-endian uint32) + compact JSON + optional
-binary payload. Stdlib only: the sandbox worker imports it too.
+Frame: 24-byte header (json length, binary length: big-endian uint32; a 16-byte nonce) + compact
+JSON + optional binary payload. The parent puts a fresh random nonce on every request and accepts
+only a reply that echoes it: tool code runs after the request was read and never holds the nonce
+in anything it can name, so a frame it writes itself is rejected (and the call blamed) instead of
+being taken for the worker's reply. Stdlib only: the sandbox worker imports it too.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ import os
 import struct
 import time
 
-HEADER = struct.Struct(">II")
+HEADER = struct.Struct(">II16s")
+NO_NONCE = bytes(16)  # the start-up report, sent before any tool code exists
 
 
 def spin_read(fd: int, n: int, spin_ns: int) -> bytes | None:
@@ -23,6 +27,18 @@ def spin_read(fd: int, n: int, spin_ns: int) -> bytes | None:
     while True:
         try:
             return os.read(fd, n)
+        except BlockingIOError:
+            if time.perf_counter_ns() >= end:
+                return None
+
+
+def spin_readinto(fd: int, view: memoryview, spin_ns: int) -> int | None:
+    """spin_read into a preallocated buffer (no copy, no reassembly): bytes read, 0 at EOF, None
+    if nothing came within spin_ns."""
+    end = time.perf_counter_ns() + spin_ns
+    while True:
+        try:
+            return os.readv(fd, (view,))
         except BlockingIOError:
             if time.perf_counter_ns() >= end:
                 return None

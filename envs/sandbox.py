@@ -1,19 +1,30 @@
-"""Parent side of the sandbox: start the worker (bubblewrap + seccomp + rlimits), talk to it over a
-private pipe, enforce a wall-clock deadline and a reply cap, and kill/restart it when it misbehaves.
+"""Parent side of the sandbox: start the worker (bubblewrap + seccomp + rlimits), talk to it over
+private pipes, enforce a wall-clock deadline and size caps on every read and write, and replace a
+child that misbehaves.
 
 Layers (reported as `WorkerProcess.isolation`, a dict of layer -> bool):
-  uid        - the worker runs as uid 65534 in its own user namespace (bwrap --unshare-user)
-  network    - no network: own network namespace (bwrap --unshare-net) and socket() denied
-  filesystem - only the interpreter, the envs package and the domain's tools/spec/seed, read-only;
-               writable scratch is a tmpfs; /etc, /work, /root... are not there (bwrap's mount
-               namespace, or Landlock over private copies where bwrap is unusable)
-  pid        - own pid namespace: the parent and other processes are invisible
-  seccomp    - socket/connect/exec/fork/clone/kill/ptrace/mount... fail with EPERM
-  rlimits    - RLIMIT_AS, NOFILE, NPROC, FSIZE, CPU, CORE
-  landlock   - where the kernel has it: reads only of the interpreter, the envs package and the
-               domain copy, writes only to scratch, no TCP, signals scoped (also without bwrap)
-Without uid/network/filesystem/seccomp/rlimits the runtime refuses to start unless `unsafe=True`
-or AGENTSCALER_UNSAFE_SANDBOX=1.
+  uid         - the worker runs as uid 65534 in its own user namespace (bwrap --unshare-user)
+  network     - no network: own network namespace (bwrap --unshare-net) and socket() denied
+  filesystem  - only the interpreter, the envs package and the domain's tools/spec/seed, read-only;
+                the one writable mount is a size-limited scratch tmpfs (also /tmp); /etc, /work,
+                /root... are not there (bwrap's mount namespace, or Landlock over private copies
+                where bwrap is unusable: then nothing is writable)
+  pid         - own pid namespace: the parent and other processes are invisible
+  seccomp     - socket/connect/exec/fork/clone/kill/ptrace/mount/setrlimit... fail with EPERM;
+                no signal to any process (a child may not signal itself either)
+  rlimits     - RLIMIT_AS (the memory budget less the scratch size), NOFILE, NPROC, FSIZE, CPU, CORE
+  environment - the worker's environment holds only PATH, LANG, LC_ALL, HOME, TMPDIR: no secret of
+                the caller (API keys, tokens) reaches tool code
+  landlock    - where the kernel has it: reads only of the interpreter, the envs package and the
+                domain copy, writes only to scratch, no TCP, signals scoped (also without bwrap)
+Without uid/network/filesystem/seccomp/rlimits/environment the runtime refuses to start unless
+`unsafe=True` or AGENTSCALER_UNSAFE_SANDBOX=1.
+
+Processes (envs.worker): a zygote that never runs tool code forks one child per episode (see
+`fresh`); the parent talks to the zygote over a unix socket and to the current child over its own
+pipe pair. Every request carries a random nonce the reply must echo (envs.pipe), so a frame that
+tool code writes itself is rejected. The isolation report comes from the zygote before any tool
+code is loaded.
 
 Transport: caller and worker each busy-wait up to `spin_us` (default 200 us) for the other's next
 message before sleeping on the pipe. On these VMs a sleeping process takes 25-75 us to wake, more
@@ -27,6 +38,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,11 +47,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from envs.pipe import HEADER, spin_read
+from envs.pipe import HEADER, NO_NONCE, spin_readinto
 
 REPO = Path(__file__).resolve().parent.parent
-REQUIRED_LAYERS = ("uid", "network", "filesystem", "seccomp", "rlimits")
+REQUIRED_LAYERS = ("uid", "network", "filesystem", "seccomp", "rlimits", "environment")
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+CTL_TIMEOUT = 60.0  # the zygote answers within milliseconds; this bounds a hung one
+READ_CHUNK = 1 << 16
 
 
 class SandboxError(RuntimeError):
@@ -47,7 +61,11 @@ class SandboxError(RuntimeError):
 
 
 class WorkerCrashed(Exception):
-    """The worker died, hung or sent garbage; it has been killed. The message is for the caller."""
+    """The worker died, hung or sent garbage; it has been replaced. The message is for the caller."""
+
+
+class RequestTooLarge(ValueError):
+    """A request over its operation's size cap; nothing was sent."""
 
 
 def unsafe_from_env() -> bool:
@@ -71,10 +89,15 @@ def bwrap_works() -> bool:
     try:
         r = subprocess.run([exe, "--unshare-user", "--uid", "65534", "--gid", "65534", "--unshare-net",
                             "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc", "true"],
-                           capture_output=True, timeout=10)
+                           capture_output=True, timeout=10, env=worker_env("/"))
         return r.returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+def worker_env(scratch: str) -> dict[str, str]:
+    """The whole environment of the worker: nothing inherited from the caller."""
+    return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": scratch, "TMPDIR": scratch}
 
 
 def _root_binds() -> list[str]:
@@ -115,17 +138,23 @@ DEFAULT_LIMITS = {"as": 1 << 30, "nofile": 64, "nproc": 64, "fsize": 16 << 20, "
 
 
 class WorkerProcess:
-    """One sandboxed worker for one domain directory. Not thread-safe: one call at a time."""
+    """One sandboxed worker for one domain directory. Not thread-safe: one call at a time.
+
+    Memory budget: `memory_mb` per process, of which `scratch_mb` is the scratch tmpfs (tmpfs pages
+    are not counted by RLIMIT_AS, so the address-space limit is what is left). Size caps: a call's
+    arguments and reply (`max_reply`), a snapshot or restore (the whole budget)."""
 
     def __init__(self, domain_dir: Path, *, unsafe: bool = False, time_limit: float = 2.0,
-                 max_reply: int = 4 << 20, memory_mb: int = 1024, use_bwrap: bool | None = None,
-                 landlock: bool = True, spin_us: int | None = None):
+                 max_reply: int = 4 << 20, memory_mb: int = 1024, scratch_mb: int = 32,
+                 use_bwrap: bool | None = None, landlock: bool = True, spin_us: int | None = None):
         self.domain_dir = Path(domain_dir).resolve()
         self.unsafe = unsafe or unsafe_from_env()
         self.time_limit = time_limit
         self.grace = 1.0 + time_limit * 0.5
         self.max_reply = max_reply
-        self.limits = dict(DEFAULT_LIMITS, **{"as": memory_mb << 20})
+        self.scratch_mb = max(1, min(scratch_mb, memory_mb // 4))
+        self.limits = dict(DEFAULT_LIMITS, **{"as": (memory_mb - self.scratch_mb) << 20})
+        self.max_state = memory_mb << 20
         self.use_bwrap = bwrap_works() if use_bwrap is None else use_bwrap
         self.landlock = landlock
         self.spin_ns = (default_spin_us() if spin_us is None else spin_us) * 1000
@@ -134,14 +163,16 @@ class WorkerProcess:
         self.load_error: str | None = None
         self.missing: list[str] = []
         self.restarts = 0
+        self.tainted = False  # tool code has run in the current child (a call or a batch)
+        self._ctl: socket.socket | None = None
         self._rfd = self._wfd = -1
-        self._seq = 0
-        self._poll = None
+        self._poll = self._wpoll = None
+        self._rbuf = bytearray(READ_CHUNK)
         self._scratch: str | None = None
         self._log: Any = None
 
     # start / stop -------------------------------------------------------------------------------
-    def _command(self, rfd: int, wfd: int, scratch: str) -> list[str]:
+    def _command(self, ctl: int, scratch: str) -> list[str]:
         seccomp_py = _pyseccomp_path()
         exe = str(Path(sys.executable).resolve())
         spec = json.loads((self.domain_dir / "spec.json").read_text("utf-8"))
@@ -149,7 +180,7 @@ class WorkerProcess:
             lib, dom, scr = "/sandbox/lib", "/sandbox/domain", "/scratch"
         else:
             # No mount namespace: the worker gets copies of what it needs (Landlock then limits
-            # reads to them and the interpreter; the domain's other files stay out of reach).
+            # reads to them and the interpreter, and writes to nothing).
             lib, dom, scr = str(Path(scratch) / "lib"), str(Path(scratch) / "domain"), scratch
             os.makedirs(lib, exist_ok=True)
             os.makedirs(dom, exist_ok=True)
@@ -163,19 +194,21 @@ class WorkerProcess:
                 (Path(dom) / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(self.domain_dir / rel, Path(dom) / rel)
         boot = f"import sys; sys.path[:0] = [{lib!r}]; from envs.worker import main; main()"
-        worker = [exe, "-I", "-S", "-B", "-c", boot, "--rfd", str(rfd), "--wfd", str(wfd), "--domain", dom,
-                  "--scratch", scr, "--time-limit", repr(self.time_limit), "--max-reply", str(self.max_reply),
-                  "--spin-us", str(self.spin_ns // 1000),
+        worker = [exe, "-I", "-S", "-B", "-c", boot, "--ctl", str(ctl), "--domain", dom, "--scratch", scr,
+                  "--scratch-writable", "1" if self.use_bwrap else "0", "--time-limit", repr(self.time_limit),
+                  "--max-reply", str(self.max_reply), "--spin-us", str(self.spin_ns // 1000),
                   "--limits", json.dumps(self.limits), "--seccomp", "1" if seccomp_py else "0",
                   "--landlock", "1" if self.landlock else "0", "--lib", lib,
-                  "--tmp", "1" if self.use_bwrap else "0"]
+                  "--parent-pid", "0" if self.use_bwrap else str(os.getpid())]
         if not self.use_bwrap:
             return worker
         d = self.domain_dir
         cmd = [shutil.which("bwrap"), "--unshare-user", "--uid", "65534", "--gid", "65534", "--unshare-net",
                "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-               "--new-session", "--hostname", "sandbox", *_root_binds(),
-               "--ro-bind", str(REPO / "envs"), f"{lib}/envs"]
+               "--new-session", "--hostname", "sandbox", "--clearenv"]
+        for k, v in worker_env(scr).items():
+            cmd += ["--setenv", k, v]
+        cmd += [*_root_binds(), "--ro-bind", str(REPO / "envs"), f"{lib}/envs"]
         if seccomp_py:
             cmd += ["--ro-bind", str(seccomp_py), f"{lib}/pyseccomp.py"]
         for key, default in (("code_path", "tools.py"), ("seed_path", "seed.sqlite")):
@@ -183,8 +216,10 @@ class WorkerProcess:
             src = d / rel
             if src.exists():
                 cmd += ["--ro-bind", str(src), f"{dom}/{rel}"]
-        cmd += ["--ro-bind", str(d / "spec.json"), f"{dom}/spec.json",
-                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", scr, "--chdir", scr]
+        # One writable mount, size-limited; bwrap's own root and /dev tmpfs become read-only.
+        cmd += ["--ro-bind", str(d / "spec.json"), f"{dom}/spec.json", "--proc", "/proc", "--dev", "/dev",
+                "--size", str(self.scratch_mb << 20), "--tmpfs", scr, "--symlink", scr, "/tmp",
+                "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", scr]
         return cmd + ["--"] + worker
 
     def start(self) -> dict[str, bool]:
@@ -197,44 +232,44 @@ class WorkerProcess:
             if not (self.domain_dir / spec.get(key, default)).is_file():
                 raise SandboxError(f"{self.domain_dir}: {spec.get(key, default)} is missing")
         self._scratch = tempfile.mkdtemp(prefix="agentscaler-worker-")
-        req_r, req_w = os.pipe()  # parent -> worker
-        rep_r, rep_w = os.pipe()  # worker -> parent
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._log = tempfile.TemporaryFile(prefix="agentscaler-worker-log-")
         try:
-            self.proc = subprocess.Popen(self._command(req_r, rep_w, self._scratch), pass_fds=(req_r, rep_w),
+            self.proc = subprocess.Popen(self._command(theirs.fileno(), self._scratch), pass_fds=(theirs.fileno(),),
                                          stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-                                         start_new_session=True, close_fds=True)
+                                         start_new_session=True, close_fds=True, env=worker_env(self._scratch))
         finally:
-            os.close(req_r)
-            os.close(rep_w)
-        self._wfd, self._rfd = req_w, rep_r
-        os.set_blocking(rep_r, False)  # _recv spins on it, then polls
-        self._poll = select.poll()
-        self._poll.register(self._rfd, select.POLLIN)
+            theirs.close()
+        ours.setblocking(False)
+        self._ctl = ours
         try:
-            hello, _ = self._recv(time.monotonic() + 30.0 + self.time_limit * 2)
-        except WorkerCrashed as exc:
+            deadline = time.monotonic() + 30.0 + self.time_limit * 2
+            hello, _ = self._ctl_request(None, deadline)
+            probe = hello.get("layers", {})
+            self.isolation = {
+                "uid": bool(self.use_bwrap and probe.get("uid") == 65534) or (os.getuid() != 0 and probe.get("uid") != os.getuid()),
+                "network": bool(self.use_bwrap) or bool(probe.get("socket_blocked")),
+                "filesystem": bool(probe.get("fs_hidden")) and bool(self.use_bwrap or probe.get("landlock")),
+                "pid": bool(self.use_bwrap),
+                "seccomp": bool(probe.get("seccomp")) and bool(probe.get("socket_blocked")) and bool(probe.get("fork_blocked")),
+                "rlimits": bool(probe.get("rlimits")),
+                "environment": bool(probe.get("secrets_hidden")),
+                "landlock": bool(probe.get("landlock")),
+            }
+            missing_layers = [k for k in REQUIRED_LAYERS if not self.isolation[k]]
+            if missing_layers and not self.unsafe:
+                self.stop()
+                raise SandboxError(
+                    f"refusing to run generated code without isolation layers {missing_layers} "
+                    f"(bwrap usable: {self.use_bwrap}); pass unsafe=True or set AGENTSCALER_UNSAFE_SANDBOX=1")
+            self._activate(deadline)
+            info, _ = self._roundtrip({"op": "info"}, b"", max(1.0, deadline - time.monotonic()))
+        except (WorkerCrashed, OSError) as exc:
             log = self._read_log()
             self.stop()
             raise SandboxError(f"sandbox worker for {self.domain_dir} failed to start: {exc}\n{log}") from None
-        probe = hello.get("layers", {})
-        self.isolation = {
-            "uid": bool(self.use_bwrap and probe.get("uid") == 65534) or (os.getuid() != 0 and probe.get("uid") != os.getuid()),
-            "network": bool(self.use_bwrap) or bool(probe.get("socket_blocked")),
-            "filesystem": bool(probe.get("fs_hidden")) and bool(self.use_bwrap or probe.get("landlock")),
-            "pid": bool(self.use_bwrap),
-            "seccomp": bool(probe.get("seccomp")) and bool(probe.get("socket_blocked")) and bool(probe.get("fork_blocked")),
-            "rlimits": bool(probe.get("rlimits")),
-            "landlock": bool(probe.get("landlock")),
-        }
-        self.load_error = hello.get("load_error")
-        self.missing = list(hello.get("missing", []))
-        missing_layers = [k for k in REQUIRED_LAYERS if not self.isolation[k]]
-        if missing_layers and not self.unsafe:
-            self.stop()
-            raise SandboxError(
-                f"refusing to run generated code without isolation layers {missing_layers} "
-                f"(bwrap usable: {self.use_bwrap}); pass unsafe=True or set AGENTSCALER_UNSAFE_SANDBOX=1")
+        self.load_error = info.get("load_error")
+        self.missing = list(info.get("missing", []))
         return self.isolation
 
     def _read_log(self) -> str:
@@ -245,6 +280,15 @@ class WorkerProcess:
             return self._log.read()[-3000:].decode("utf-8", "replace")
         except (OSError, ValueError):
             return ""
+
+    def _close_child(self) -> None:
+        for fd in (self._rfd, self._wfd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._rfd = self._wfd = -1
 
     def kill(self) -> None:
         if self.proc is not None:
@@ -261,13 +305,10 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 pass
             self.proc = None
-        for fd in (self._rfd, self._wfd):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._rfd = self._wfd = -1
+        self._close_child()
+        if self._ctl is not None:
+            self._ctl.close()
+            self._ctl = None
 
     def stop(self) -> None:
         self.kill()
@@ -282,84 +323,207 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    # transport ----------------------------------------------------------------------------------
-    def _recv(self, deadline: float, rid: int | None = None) -> tuple[dict[str, Any], bytes]:
-        # Strict request/response: whatever is in the pipe belongs to this reply, so read big chunks
-        # (one poll + one read for a normal reply).
-        rfd, poll = self._rfd, self._poll
-        buf = b""
-        need = HEADER.size
-        header: tuple[int, int] | None = None
-        while True:
-            while len(buf) < need:
-                chunk = spin_read(rfd, max(need - len(buf), 1 << 16), self.spin_ns)
-                if chunk is None:
-                    left = deadline - time.monotonic()
-                    if left <= 0 or not poll.poll(left * 1000.0):
-                        raise WorkerCrashed("timeout")
-                    chunk = os.read(rfd, max(need - len(buf), 1 << 16))
-                if not chunk:
-                    raise WorkerCrashed("exited")
-                buf = buf + chunk if buf else chunk
-                if header is None and len(buf) >= HEADER.size:
-                    break
-            if header is None:
-                header = HEADER.unpack_from(buf)
-                if header[0] > self.max_reply + 4096 or header[1] > (1 << 31):
-                    raise WorkerCrashed(f"reply too large ({header[0]} bytes)")
-                need = HEADER.size + header[0] + header[1]
-                if len(buf) < need and need > (1 << 16):
-                    buf = bytearray(buf)  # large payload: grow in place
-                continue
-            end = HEADER.size + header[0]
-            try:
-                obj = json.loads(buf[HEADER.size:end])
-            except ValueError:
-                raise WorkerCrashed("malformed reply") from None
-            if not isinstance(obj, dict):
-                raise WorkerCrashed("malformed reply")
-            if rid is not None and obj.get("id") != rid:
-                raise WorkerCrashed("broke the worker protocol (a reply out of sequence) and was stopped")
-            if len(buf) > need or poll.poll(0):
-                # More than one reply to one request: tool code wrote to the pipe itself.
-                raise WorkerCrashed("broke the worker protocol (wrote to its reply pipe) and was stopped")
-            return obj, bytes(buf[end:need]) if header[1] else b""
+    # children -----------------------------------------------------------------------------------
+    def _activate(self, deadline: float, reap: bool = True) -> dict[str, int] | None:
+        """Ask the zygote for the next child (it kills the current one and empties scratch); adopt
+        its pipes. With reap, returns how the previous child ended ({"signal": n} / {"exit": n})."""
+        self._close_child()
+        reply, fds = self._ctl_request({"op": "next", "reap": reap}, deadline)
+        if reply.get("ok") is not True or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            raise WorkerCrashed(f"zygote failed: {reply.get('error') or 'no child'}")
+        self._wfd, self._rfd = fds
+        os.set_blocking(self._wfd, False)
+        os.set_blocking(self._rfd, False)
+        self._poll = select.poll()
+        self._poll.register(self._rfd, select.POLLIN)
+        self._wpoll = select.poll()
+        self._wpoll.register(self._wfd, select.POLLOUT)
+        self.tainted = False
+        return reply.get("previous")
 
-    def request(self, obj: dict[str, Any], payload: bytes = b"", timeout: float | None = None) -> tuple[dict, bytes]:
-        """One round trip. Raises WorkerCrashed (after killing the worker) on hang/crash/garbage."""
+    def fresh(self, reap: bool = False) -> dict[str, int] | None:
+        """A new child (a pristine copy of the zygote, seed loaded) for the next episode; a full
+        restart if the zygote does not answer. reap: the current child may be running (it hung or
+        crashed): wait for it, and return how it ended."""
         if self.proc is None:
             raise WorkerCrashed("not running")
-        self._seq += 1
-        obj["id"] = rid = self._seq
+        try:
+            return self._activate(time.monotonic() + CTL_TIMEOUT, reap)
+        except (WorkerCrashed, OSError):
+            try:
+                self.start()
+            except SandboxError as exc:
+                self.kill()
+                raise WorkerCrashed(f"could not be restarted: {exc}") from None
+            return None
+
+    # transport ----------------------------------------------------------------------------------
+    def _ctl_request(self, obj: dict[str, Any] | None, deadline: float) -> tuple[dict[str, Any], list[int]]:
+        """One exchange with the zygote (obj None: read its start-up report). Bounded in time and size."""
+        sock = self._ctl
+        if sock is None:
+            raise WorkerCrashed("not running")
+        nonce = NO_NONCE
+        if obj is not None:
+            nonce = os.urandom(16)
+            body = _dumps(obj).encode()
+            view = memoryview(HEADER.pack(len(body), 0, nonce) + body)
+            while view:
+                try:
+                    view = view[sock.send(view):]
+                except BlockingIOError:
+                    self._wait(sock, select.POLLOUT, deadline)
+        buf, fds = b"", []
+        spin_end = time.perf_counter_ns() + self.spin_ns  # as on the pipes: waking up costs more
+        try:
+            while len(buf) < HEADER.size or len(buf) < HEADER.size + HEADER.unpack_from(buf)[0]:
+                try:
+                    msg, got, _, _ = socket.recv_fds(sock, READ_CHUNK, 2)
+                except BlockingIOError:
+                    if time.perf_counter_ns() > spin_end:
+                        self._wait(sock, select.POLLIN, deadline)
+                    continue
+                fds += got
+                if not msg:
+                    raise WorkerCrashed("exited")
+                buf += msg
+                if len(buf) > READ_CHUNK:
+                    raise WorkerCrashed("broke the worker protocol (zygote reply too large) and was stopped")
+            n, m, echo = HEADER.unpack_from(buf)
+            if echo != nonce or m or len(buf) != HEADER.size + n:
+                raise WorkerCrashed("broke the worker protocol (zygote) and was stopped")
+            reply = json.loads(buf[HEADER.size:])
+            if not isinstance(reply, dict):
+                raise WorkerCrashed("broke the worker protocol (zygote) and was stopped")
+        except (WorkerCrashed, ValueError) as exc:
+            for fd in fds:
+                os.close(fd)
+            raise WorkerCrashed(str(exc) if isinstance(exc, WorkerCrashed) else "malformed reply") from None
+        return reply, fds
+
+    @staticmethod
+    def _wait(sock: socket.socket, event: int, deadline: float) -> None:
+        left = deadline - time.monotonic()
+        p = select.poll()
+        p.register(sock, event)
+        if left <= 0 or not p.poll(left * 1000.0):
+            raise WorkerCrashed("timeout")
+
+    def _fill(self, view: memoryview, got: int, need: int, limit: int, deadline: float) -> int:
+        """Read into view[got:limit] until at least `need` bytes are there. Every read is checked
+        against the deadline, also when data keeps coming (a worker that keeps the pipe full)."""
+        rfd, spin = self._rfd, self.spin_ns
+        while got < need:
+            k = spin_readinto(rfd, view[got:limit], spin)
+            if k is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._poll.poll(left * 1000.0):
+                    raise WorkerCrashed("timeout")
+                continue
+            if not k:
+                raise WorkerCrashed("exited")
+            got += k
+            if got < need and time.monotonic() > deadline:
+                raise WorkerCrashed("timeout")
+        return got
+
+    def _recv(self, nonce: bytes, deadline: float, max_payload: int) -> tuple[dict[str, Any], bytes]:
+        # Strict request/response: read big chunks (one poll + one read for a normal reply) into a
+        # preallocated buffer; a large reply is read once into a buffer of its announced size.
+        buf = self._rbuf
+        view = memoryview(buf)
+        got = self._fill(view, 0, HEADER.size, len(buf), deadline)
+        n, m, echo = HEADER.unpack_from(buf)
+        if echo != nonce:
+            raise WorkerCrashed("broke the worker protocol (a reply to no request of ours) and was stopped")
+        if n > self.max_reply + 4096 or m > max_payload:
+            raise WorkerCrashed(f"reply too large ({n} + {m} bytes) and was stopped")
+        total = HEADER.size + n + m
+        if got > total:
+            raise WorkerCrashed("broke the worker protocol (wrote to its reply pipe) and was stopped")
+        if total > len(buf):
+            big = bytearray(total)
+            big[:got] = view[:got]
+            view = memoryview(big)
+        if got < total:
+            self._fill(view, got, total, total, deadline)
+        try:
+            obj = json.loads(bytes(view[HEADER.size:HEADER.size + n]))
+        except ValueError:
+            raise WorkerCrashed("malformed reply") from None
+        if not isinstance(obj, dict):
+            raise WorkerCrashed("malformed reply")
+        return obj, bytes(view[HEADER.size + n:total]) if m else b""
+
+    def _send(self, data: bytes, deadline: float) -> None:
+        """Non-blocking write, bounded by the deadline: a worker that stops reading cannot freeze us."""
+        view = memoryview(data)
+        wfd = self._wfd
+        while view:
+            try:
+                view = view[os.write(wfd, view):]
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._wpoll.poll(left * 1000.0):
+                    raise WorkerCrashed("send timeout") from None
+
+    def _caps(self, op: str) -> tuple[int, int, int]:
+        """(request body, request payload, reply payload) caps of one operation, in bytes."""
+        if op == "call":
+            return self.max_reply + 65536, 0, self.max_reply
+        if op == "batch":
+            return self.max_state, 0, 0
+        if op == "reset":
+            return 65536, self.max_state, 0
+        if op == "snapshot":
+            return 65536, 0, self.max_state
+        return 65536, 0, 0
+
+    def request(self, obj: dict[str, Any], payload: bytes = b"", timeout: float | None = None) -> tuple[dict, bytes]:
+        """One round trip with the current child. Raises RequestTooLarge (nothing sent), TypeError/
+        ValueError for unencodable requests, or WorkerCrashed after replacing a child that hung,
+        crashed, forged a frame or broke a cap."""
+        try:
+            return self._roundtrip(obj, payload, timeout)
+        except WorkerCrashed as exc:
+            reason = str(exc)
+        self.restarts += 1
+        previous = self.fresh(reap=True)
+        raise WorkerCrashed(self._explain(reason, previous))
+
+    def _roundtrip(self, obj: dict[str, Any], payload: bytes, timeout: float | None) -> tuple[dict, bytes]:
+        if self.proc is None or self._wfd < 0:
+            raise WorkerCrashed("not running")
+        op = obj.get("op", "")
         body = _dumps(obj).encode("utf-8", "surrogatepass")
-        data = HEADER.pack(len(body), len(payload)) + body + payload
+        max_body, max_payload, max_reply_payload = self._caps(op)
+        if len(body) > max_body or len(payload) > max_payload:
+            raise RequestTooLarge(f"{op} request too large ({len(body)} + {len(payload)} bytes > "
+                                  f"{max_body} + {max_payload})")
+        if op in ("call", "batch"):
+            self.tainted = True
+        nonce = os.urandom(16)
         deadline = time.monotonic() + (self.time_limit + self.grace if timeout is None else timeout)
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(self._wfd, view)
-                view = view[n:]
-            return self._recv(deadline, rid)
-        except WorkerCrashed as exc:
-            msg = self._explain(str(exc))
-            self.kill()
-            raise WorkerCrashed(msg) from None
-        except OSError as exc:
-            msg = self._explain(f"pipe error {exc}")
-            self.kill()
-            raise WorkerCrashed(msg) from None
+            self._send(HEADER.pack(len(body), len(payload), nonce) + body + payload, deadline)
+            return self._recv(nonce, deadline, max_reply_payload)
+        except OSError as exc:  # EPIPE: the child is gone
+            raise WorkerCrashed("exited" if isinstance(exc, BrokenPipeError) else f"pipe error {exc}") from None
 
-    def _explain(self, reason: str) -> str:
+    def _explain(self, reason: str, previous: dict[str, int] | None) -> str:
         if reason == "timeout":
             return f"exceeded the {self.time_limit:g} s time limit and was stopped"
+        if reason == "send timeout":
+            return f"did not take its request within the {self.time_limit:g} s time limit and was stopped"
         if reason == "exited":
-            rc = None
-            if self.proc is not None:
-                try:
-                    rc = self.proc.wait(timeout=0.5)
-                except subprocess.TimeoutExpired:
-                    pass
-            return "crashed (the sandbox worker exited" + (f" with status {rc})" if rc is not None else ")")
+            how = ""
+            if previous and "signal" in previous:
+                how = f" on signal {previous['signal']}"
+            elif previous and "exit" in previous:
+                how = f" with status {previous['exit']}"
+            return f"crashed (the sandbox worker exited{how})"
         if reason == "malformed reply":
             return "broke the worker protocol (malformed reply) and was stopped"
         return reason

@@ -1,13 +1,20 @@
-"""Canonical state hash and field-level diff of an episode database (stdlib only: runs in the worker).
+"""Canonical state hash and field-level diff of an episode database (stdlib only).
 
 Only the spec's tables and columns count. Each column is compared under its ColumnSpec policy:
   exact   - the stored value (json columns as stored text: toolkit and build_seed write sorted-key JSON)
   text    - strip + casefold + collapse whitespace
-  numeric - within `tolerance` (the hash quantizes to round(v / tolerance))
+  numeric - within `tolerance` (the hash quantizes to round(v / tolerance) while that is exact,
+            below 2**53; larger values are kept as they are, as another SQL type, so they never
+            collide with quantized ones or with each other)
   ignore  - not part of the state (volatile timestamps, generated ids)
 Rows are ordered by primary key (or by their canonical text when a key column is not `exact`),
 so the hash does not depend on insertion order, VACUUM or file layout. The work is done in SQL
 (one `group_concat` per table), so hashing a few MB costs a few milliseconds.
+
+`StateOracle` computes both in the process that holds it (the caller of the sandbox), from the
+database image the worker sends: no code the tool code could rebind (SQL functions on the
+worker's connection, its modules) takes part. Per-table digests are cached and recomputed only
+for tables that own a page that changed.
 """
 
 from __future__ import annotations
@@ -15,11 +22,15 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import time
 from typing import Any
 
 # Bump when the hash definition changes: stored gold hashes made under another version are stale
 # (tasks/scenarios/build.py folds this into its environment hash, so scenarios are rebuilt).
-HASH_VERSION = 1
+# 2: numeric columns no longer saturate at 2**63 / tolerance.
+HASH_VERSION = 2
+EXACT_FLOAT = 9007199254740992  # 2**53
+STATE_TIME_LIMIT = 120.0  # seconds for one hash or diff of an image (a hostile image cannot hang us)
 
 
 def norm_text(v: Any) -> Any:
@@ -95,15 +106,20 @@ class TablePlan:
         if c.policy == "text":
             return f"as_norm_text({n})"
         if c.policy == "numeric" and float(c.tolerance) > 0:
-            return (f"(CASE WHEN typeof({n}) IN ('integer','real') "
-                    f"THEN CAST(round({n} / {float(c.tolerance)!r}) AS INTEGER) ELSE {n} END)")
+            tol = float(c.tolerance)
+            # quantized: an INTEGER of magnitude <= 2**53; beyond that the value itself, as an
+            # INTEGER above 2**53 or as a REAL (never the same text as an INTEGER)
+            return (f"(CASE WHEN typeof({n}) NOT IN ('integer','real') THEN {n} "
+                    f"WHEN abs({n}) < {EXACT_FLOAT * tol!r} THEN CAST(round({n} / {tol!r}) AS INTEGER) "
+                    f"WHEN typeof({n}) = 'integer' AND abs({n}) > {EXACT_FLOAT} THEN {n} "
+                    f"ELSE CAST({n} AS REAL) END)")
         return n  # exact; json columns compare as stored text (always written as sorted-key JSON)
 
     def digest(self, conn: sqlite3.Connection) -> str:
         try:
             enc, rows = self._run(conn, "digest")
             n, text = rows[0]
-        except sqlite3.OperationalError as exc:  # table dropped / column missing: a state of its own
+        except sqlite3.DatabaseError as exc:  # table dropped / column missing / corrupt: a state of its own
             return "error:" + str(exc)
         cols = ",".join(c.name for c in self.cols)
         return hashlib.sha256(f"{self.name}|{cols}|{n}|{enc}\n{text or ''}".encode("utf-8", "surrogatepass")).hexdigest()
@@ -217,3 +233,158 @@ class StatePlan:
             except sqlite3.OperationalError as exc:
                 out.append({"table": p.name, "key": {}, "column": None, "before": "table", "after": f"error: {exc}"})
         return out
+
+
+# The oracle (in the caller's process) -----------------------------------------------------------
+# Reading an image needs SELECT/READ/FUNCTION (and SQLite's own schema load, which asks for an
+# UPDATE of sqlite_master); nothing that writes, attaches, recurses or changes the schema.
+_IMAGE_DENY = {sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_DELETE,
+               sqlite3.SQLITE_RECURSIVE, sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT,
+               sqlite3.SQLITE_ALTER_TABLE, sqlite3.SQLITE_CREATE_VTABLE, sqlite3.SQLITE_DROP_VTABLE,
+               *range(sqlite3.SQLITE_CREATE_INDEX, sqlite3.SQLITE_DROP_VIEW + 1)}
+
+
+class _Image:
+    """An in-memory connection over an untrusted database image: reads only (no recursive CTEs,
+    no functions from the image's schema), and a time limit per operation."""
+
+    def __init__(self, data: bytes):
+        self.deadline = float("inf")
+        self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA trusted_schema = OFF")
+        register_functions(self.conn)
+        self.conn.set_progress_handler(lambda: 1 if time.monotonic() > self.deadline else 0, 10000)
+        self.conn.deserialize(data)  # once: dbstat after a second deserialize() crashes SQLite 3.40
+        self.conn.set_authorizer(self._authorize)
+
+    @staticmethod
+    def _authorize(action: int, arg1: Any, arg2: Any, dbname: Any, trigger: Any) -> int:
+        if action in _IMAGE_DENY or (action == sqlite3.SQLITE_PRAGMA and arg2 is not None):
+            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_UPDATE and arg1 != "sqlite_master":  # SQLite's own schema load asks
+            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in ("load_extension", "readfile", "writefile"):
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    def start(self) -> sqlite3.Connection:
+        self.deadline = time.monotonic() + STATE_TIME_LIMIT
+        return self.conn
+
+    def schema(self) -> dict[str, tuple]:
+        try:
+            rows = self.conn.execute("SELECT name, type, rootpage, sql FROM sqlite_master").fetchall()
+        except sqlite3.DatabaseError as exc:
+            return {"": ("error", str(exc))}
+        return {r[0]: tuple(r[1:]) for r in rows}
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _page_size(image: bytes) -> int:
+    ps = int.from_bytes(image[16:18], "big") if len(image) >= 100 else 0
+    return 65536 if ps == 1 else ps
+
+
+def changed_pages(a: bytes, b: bytes) -> set[int] | None:
+    """1-based numbers of the pages that differ between two images (None: not comparable)."""
+    ps = _page_size(a)
+    if ps < 512 or ps != _page_size(b) or len(a) % ps or len(b) % ps:
+        return None
+    block = ps * 16
+    out: set[int] = set()
+    common = min(len(a), len(b))
+    for o in range(0, common, block):
+        if a[o:o + block] != b[o:o + block]:
+            for p in range(o, min(o + block, common), ps):
+                if a[p:p + ps] != b[p:p + ps]:
+                    out.add(p // ps + 1)
+    out.update(range(common // ps + 1, max(len(a), len(b)) // ps + 1))
+    return out
+
+
+class StateOracle:
+    """State hash and field diff of episode images, computed here from database bytes.
+
+    `hash(image)` / `diff(image, against)`: images come from the sandbox worker's `snapshot` (or
+    are the seed or a restored snapshot the caller already holds). The image last hashed stays
+    loaded; a new one is compared page by page with it, and only the tables owning a changed page
+    (SQLite's dbstat) are digested again."""
+
+    def __init__(self, tables: list[Any], seed: bytes):
+        self.plan = StatePlan(tables)
+        self.names = [p.name for p in self.plan.tables]
+        self.seed = seed
+        self.seed_db = _Image(seed)
+        self.db = _Image(seed)
+        self.image = seed
+        self.schema = self.db.schema()
+        self.digests = self._digest(self.names)
+        self.seed_digests = dict(self.digests)
+        self.seed_keyed: dict[str, tuple] = {}
+        self.pages = self._pages(self.names)
+
+    def _digest(self, names: Any) -> dict[str, str]:
+        conn = self.db.start()
+        out = {}
+        for p in self.plan.tables:
+            if p.name in names:
+                kind = self.schema.get(p.name, ("table",))[0]
+                out[p.name] = p.digest(conn) if kind == "table" else f"error:{p.name} is a {kind}, not a table"
+        return out
+
+    def _pages(self, names: Any) -> dict[str, set[int]] | None:
+        """Pages (b-tree and overflow) of each table, from SQLite's dbstat; None without dbstat."""
+        conn = self.db.start()
+        out: dict[str, set[int]] = {}
+        try:
+            for name in names:
+                out[name] = {r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = ?", (name,))}
+        except sqlite3.DatabaseError:
+            return None
+        return out
+
+    def load(self, image: bytes) -> None:
+        """Make `image` the loaded state, digesting again only what changed."""
+        if image is self.image:
+            return
+        if len(image) == len(self.image) and image == self.image:
+            self.image = image
+            return
+        changed = changed_pages(self.image, image)
+        before = self.schema
+        self.db.close()
+        self.db = _Image(image)
+        self.image = image
+        self.schema = self.db.schema()
+        if changed is None or self.pages is None or self.schema != before:
+            dirty: set[str] = set(self.names)
+        else:
+            dirty = {n for n in self.names if self.pages.get(n, set()) & changed}
+        self.digests.update(self._digest(dirty))
+        if self.pages is not None and dirty:
+            fresh = self._pages(dirty)
+            self.pages = None if fresh is None else {**self.pages, **fresh}
+
+    def hash(self, image: bytes) -> str:
+        self.load(image)
+        return self.plan.combine(self.digests)
+
+    def diff(self, image: bytes, against: bytes | None = None) -> list[dict[str, Any]]:
+        """Field-level diff from `against` (default: the seed) to `image`."""
+        self.load(image)
+        conn = self.db.start()
+        if against is None or against is self.seed or against == self.seed:
+            self.seed_db.start()
+            return self.plan.diff(self.seed_db.conn, conn, self.seed_digests, self.digests, self.seed_keyed)
+        other = _Image(against)
+        try:
+            other.start()
+            return self.plan.diff(other.conn, conn, after_digests=self.digests)
+        finally:
+            other.close()
+
+    def close(self) -> None:
+        self.db.close()
+        self.seed_db.close()

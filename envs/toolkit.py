@@ -168,7 +168,6 @@ class Guard:
         self.time_limit_s = time_limit_s
         self.tool_mode = False
         self.deadline = float("inf")
-        self.dirty: set[str] = set()  # tables a statement prepared since the last load() may write
         conn.set_authorizer(self._authorize)
         try:
             conn.enable_load_extension(False)
@@ -183,10 +182,8 @@ class Guard:
             return sqlite3.SQLITE_DENY if arg2 is not None else sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENY_FUNCS:
             return sqlite3.SQLITE_DENY
-        if action in _WRITE_OPS:
-            if (arg1 or "").lower().startswith("sqlite_"):
-                return sqlite3.SQLITE_DENY
-            self.dirty.add(arg1)
+        if action in _WRITE_OPS and (arg1 or "").lower().startswith("sqlite_"):
+            return sqlite3.SQLITE_DENY
         if self.tool_mode and action in _TXN:
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
@@ -194,20 +191,12 @@ class Guard:
     def load(self, data: bytes) -> None:
         """Replace the connection's database with an in-memory copy of data (deserialize is
         refused under the authorizer, so it is lifted for the duration). Re-installing the
-        authorizer expires every prepared statement, so each is authorized (and its written
-        tables marked dirty) again after the load."""
-        self.dirty.clear()
+        authorizer expires every prepared statement, so each is authorized again after the load."""
         self.conn.set_authorizer(None)
         try:
             self.conn.deserialize(data)
         finally:
             self.conn.set_authorizer(self._authorize)
-
-    def rearm(self) -> None:
-        """Clear the dirty marks; re-installing the authorizer expires all prepared statements, so
-        any statement that runs again is re-authorized and marks its tables again."""
-        self.dirty = set()
-        self.conn.set_authorizer(self._authorize)
 
     def _progress(self) -> int:
         return 1 if time.monotonic() > self.deadline else 0

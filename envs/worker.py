@@ -1,36 +1,51 @@
-"""The sandbox worker: one persistent process per domain that runs untrusted tool code.
+"""The sandbox worker: a zygote per domain that forks one child per episode to run untrusted tool code.
 
-Started by envs.sandbox (inside bubblewrap where available) with `python -I -S`, so it imports
-only the stdlib and the few envs modules below. It talks to the parent over a private pair of
-inherited pipe fds (never stdout), in envs.pipe's frames; the binary payload carries database
-images and a tool call's content as the JSON text the agent sees. Both ends spin briefly before
-sleeping on the pipe (envs.pipe.spin_read).
+Started by envs.sandbox (inside bubblewrap where available) with `python -I -S` and an empty
+environment but for a few fixed variables, so it imports only the stdlib and the few envs modules
+below and sees no secret of the caller.
 
-Start-up order: read spec + seed, set rlimits, install seccomp, probe the layers, then import
-tools.py (so its top-level code already runs confined), then serve requests until EOF.
+Zygote (never runs tool code): reads spec and seed, loads the seed into an episode connection, sets
+rlimits, Landlock and its seccomp filter (no sockets, exec, signal handlers, setrlimit ...), then
+forks a spare child and keeps one forked ahead. It talks to the parent over a private unix socket
+(`--ctl`): on `next` it kills the current child (SIGKILL + wait), empties the scratch mount, lets
+the spare go and hands the parent the spare's two pipe ends (SCM_RIGHTS). Every episode thus
+starts in a process that is a copy-on-write image of the zygote: module state, SQL functions on
+the connection, the db helper, scratch files and rlimits of a previous episode cannot reach it.
+
+Child (runs tool code): adds a seccomp filter of its own (no fork/clone, no signal to any
+process), reports what confinement it sees (the first child only: the isolation report goes to
+the parent before any tool code is loaded), waits for `go`, imports tools.py, then serves
+envs.pipe frames on its own pipe pair until EOF. Its replies echo the request's nonce (envs.pipe);
+state hashing and diffs are done by the parent from `snapshot` bytes, never in here.
 """
 
 from __future__ import annotations
 
 import errno
-import importlib.util
 import json
 import os
 import select
 import signal
+import socket
 import sqlite3
 import sys
 import traceback
 from typing import Any
 
-from envs import state as state_mod
 from envs import store
-from envs.pipe import HEADER, spin_read
+from envs.pipe import HEADER, NO_NONCE, spin_read
 from envs.toolkit import DB, ToolError, guard_connection
 
+# Captured once: tool code rebinding json.loads / json.dumps does not reach the protocol.
+_loads = json.loads
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
 # A call's content travels as the exact text an agent is shown (json.dumps' default separators).
 _dumps_content = json.JSONEncoder(ensure_ascii=False, default=str).encode
+
+# Imported by the zygote so a child's `import json` is a dictionary lookup, not a file read.
+PRELOAD = ("json", "re", "math", "datetime", "decimal", "itertools", "collections", "functools", "string",
+           "statistics", "typing", "random", "hashlib", "uuid", "time", "copy", "enum", "dataclasses")
+MAX_SCRATCH_FILES = 1024  # tmpfs caps bytes, not inodes: a call that leaves more files fails and is wiped
 
 
 # A light, duck-typed DomainSpec (no pydantic in here) -------------------------------------------
@@ -45,12 +60,6 @@ class LightTable(_Obj):
         self.columns = [_Obj({"type": "text", "nullable": True, "foreign_key": None, "policy": "exact",
                               "tolerance": 1e-6, **c}) for c in d["columns"]]
 
-    def column(self, name: str) -> Any:
-        for c in self.columns:
-            if c.name == name:
-                return c
-        raise KeyError(name)
-
 
 class LightSpec(_Obj):
     def __init__(self, d: dict[str, Any]):
@@ -58,12 +67,6 @@ class LightSpec(_Obj):
         self.tables = [LightTable(t) for t in d.get("tables", [])]
         self.tools = [_Obj(t) for t in d.get("tools", [])]
         self.clock = d.get("clock", "2024-05-15T15:00:00")
-
-    def table(self, name: str) -> Any:
-        for t in self.tables:
-            if t.name == name:
-                return t
-        raise KeyError(name)
 
 
 # Confinement ------------------------------------------------------------------------------------
@@ -73,14 +76,17 @@ DENY_SYSCALLS = [
     "unshare", "setns", "kexec_load", "kexec_file_load", "reboot", "init_module", "finit_module",
     "delete_module", "bpf", "perf_event_open", "keyctl", "add_key", "request_key", "personality",
     "swapon", "swapoff", "acct", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "execve", "execveat", "fork", "vfork", "clone", "clone3", "kill", "setsid", "setpgid",
+    "execve", "execveat", "setsid", "setpgid", "kcmp", "process_madvise", "process_mrelease",
     "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups",
+    "setrlimit",  # limits are set once, before the filter: tool code cannot lower them for a later call
 ]
-
-
-# Signal handlers and timers are fixed once the worker is set up, so tool code cannot leave a trap
+# Signal handlers and timers are fixed once the zygote is set up, so tool code cannot leave a trap
 # for a later call (and the worker need not undo such tricks after every call).
 SIGNAL_SYSCALLS = ["rt_sigaction", "sigaction", "signal", "timer_create"]
+# Added in each child: no new processes or threads, no signal to any process (the zygote, the next
+# episode's child; the child itself too: nothing in the worker needs it), no handles on processes.
+CHILD_SYSCALLS = ["fork", "vfork", "clone", "clone3", "kill", "tkill", "tgkill", "rt_sigqueueinfo",
+                  "rt_tgsigqueueinfo", "pidfd_open", "pidfd_send_signal", "pidfd_getfd"]
 
 
 def set_rlimits(limits: dict[str, int]) -> bool:
@@ -93,26 +99,51 @@ def set_rlimits(limits: dict[str, int]) -> bool:
     return True
 
 
+def _deny(f: Any, seccomp: Any, name: str, *args: Any) -> bool:
+    try:
+        f.add_rule(seccomp.ERRNO(errno.EPERM), name, *args)
+        return True
+    except Exception:  # noqa: BLE001 - syscall unknown on this architecture, or no argument filters
+        return False
+
+
 def install_seccomp() -> tuple[bool, bool]:
-    """(filter loaded, signals and timers fixed: the per-call signal hygiene is not needed)."""
+    """The zygote's filter, inherited by every child. (loaded, argument rules worked: timers and
+    rlimits fixed, so the per-call signal hygiene is not needed)."""
     try:
         import pyseccomp as seccomp
     except Exception:  # noqa: BLE001 - not available: reported as a missing layer
         return False, False
     f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
     for name in DENY_SYSCALLS + SIGNAL_SYSCALLS:
-        try:
-            f.add_rule(seccomp.ERRNO(errno.EPERM), name)
-        except Exception:  # noqa: BLE001 - syscall unknown on this architecture
-            pass
-    # ITIMER_REAL (0) is the worker's own time limit; VIRTUAL/PROF timers would kill a later call
-    try:
-        f.add_rule(seccomp.ERRNO(errno.EPERM), "setitimer", seccomp.Arg(0, seccomp.NE, 0))
-        timers_fixed = True
-    except Exception:  # noqa: BLE001 - no argument filters here: the worker keeps resetting timers per call
-        timers_fixed = False
+        _deny(f, seccomp, name)
+    # ITIMER_REAL (0) is the worker's own time limit; VIRTUAL/PROF timers would kill a later call.
+    # prlimit64 with a new limit is setrlimit by another name (reading a limit stays allowed).
+    fixed = _deny(f, seccomp, "setitimer", seccomp.Arg(0, seccomp.NE, 0))
+    if not _deny(f, seccomp, "prlimit64", seccomp.Arg(2, seccomp.NE, 0)):
+        fixed = _deny(f, seccomp, "prlimit64") and False
     f.load()
-    return True, timers_fixed
+    return True, fixed
+
+
+def child_seccomp() -> Any:
+    """The children's own filter (on top of the zygote's), built once in the zygote; each child
+    loads it. None without pyseccomp."""
+    try:
+        import pyseccomp as seccomp
+    except Exception:  # noqa: BLE001
+        return None
+    f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
+    for name in CHILD_SYSCALLS:
+        _deny(f, seccomp, name)
+    return f
+
+
+def set_parent_death_signal() -> None:
+    """SIGKILL when the parent goes (also when it is SIGKILLed): no orphan outlives its caller."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def install_landlock(read_paths: list[str], write_paths: list[str]) -> bool:
@@ -168,11 +199,9 @@ def install_landlock(read_paths: list[str], write_paths: list[str]) -> bool:
         os.close(rfd)
 
 
-def probe(scratch: str) -> dict[str, bool]:
-    """What confinement this process actually sees (reported to the parent at start-up)."""
-    import socket
-
-    out: dict[str, bool] = {}
+def probe() -> dict[str, Any]:
+    """What confinement this process actually sees (the first child's view, reported at start-up)."""
+    out: dict[str, Any] = {}
     try:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
@@ -198,7 +227,37 @@ def probe(scratch: str) -> dict[str, bool]:
     except OSError:
         out["fork_blocked"] = True
     out["uid"] = os.getuid()
+    out["secrets_hidden"] = not any(k not in ALLOWED_ENV for k in os.environ)
     return out
+
+
+# What envs.sandbox.worker_env passes, plus what bwrap (PWD) and Python (LC_CTYPE, PEP 538) add.
+ALLOWED_ENV = frozenset({"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "PWD", "LC_CTYPE"})
+
+
+def wipe(root: str) -> None:
+    """Remove everything under root (iteratively: tool code may nest directories deeply)."""
+    stack, dirs = [root], []
+    while stack:
+        d = stack.pop()
+        dirs.append(d)
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    else:
+                        try:
+                            os.unlink(e.path)
+                        except OSError:
+                            pass
+        except OSError:
+            pass
+    for d in reversed(dirs[1:]):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
 
 
 # Serving ----------------------------------------------------------------------------------------
@@ -211,55 +270,71 @@ def _alarm(signum: int, frame: Any) -> None:
 
 
 class Worker:
-    def __init__(self, rfd: int, wfd: int, domain: str, time_limit: float, max_reply: int, spin_us: int = 0):
-        self.rfd, self.wfd = rfd, wfd
+    """One episode's tool runtime (a child's state; built in the zygote, used after fork)."""
+
+    def __init__(self, domain: str, time_limit: float, max_reply: int, spin_us: int = 0, scratch: str | None = None):
+        self.rfd = self.wfd = -1
         self.spin_ns = spin_us * 1000
-        self._poll = select.poll()
-        if rfd >= 0:
-            os.set_blocking(rfd, False)  # see _read: spin, then poll
-            self._poll.register(rfd, select.POLLIN)
         self.time_limit = time_limit
         self.max_reply = max_reply
+        self.scratch = scratch  # the writable tmpfs to police after each call (None: not writable)
         with open(os.path.join(domain, "spec.json"), encoding="utf-8") as fh:
             raw = json.load(fh)
         self.spec = LightSpec(raw)
         self.seed = store.load_seed_bytes(os.path.join(domain, raw.get("seed_path", "seed.sqlite")))
         self.conn = store.open_episode(self.seed)
-        state_mod.register_functions(self.conn)
+        self.conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temp b-trees count in RLIMIT_AS, not on disk
+        self.conn.execute("SELECT count(*) FROM sqlite_master").fetchall()  # schema parsed once, shared
         self.guard = guard_connection(self.conn, time_limit)
         self.db = DB(self.conn, self.spec)
-        self.plan = state_mod.StatePlan(self.spec.tables)
-        self.seed_conn = store.open_episode(self.seed)
-        state_mod.register_functions(self.seed_conn)
-        self.seed_digests = self.plan.digests(self.seed_conn)
-        self.seed_keyed: dict[str, dict] = {}  # per table, filled on first diff
-        self.digests = dict(self.seed_digests)  # valid for every table not in guard.dirty
-        self.table_names = {t.name for t in self.spec.tables}
-        self.guard.dirty.clear()
-        self.changes = self.conn.total_changes
-        self.domain = domain
         self.code_path = os.path.join(domain, raw.get("code_path", "tools.py"))
+        self.code: Any = None
+        self.load_error: str | None = None
+        try:  # compiled once here (compiling runs nothing); executed in each child
+            with open(self.code_path, "rb") as fh:
+                self.code = compile(fh.read(), self.code_path, "exec", dont_inherit=True)
+        except (OSError, SyntaxError, ValueError) as exc:
+            self.load_error = self._load_failure(exc)
         self.tools: dict[str, Any] = {}
         self._pending = b""
-        self.load_error: str | None = None
+        self._poll = select.poll()
         self.hygiene = True  # undo signal tricks after each call; off when seccomp forbids them
 
+    def warm(self) -> None:
+        """Touch what the first call needs (copy-on-write faults, SQLite's parsed schema) before the
+        child is handed out."""
+        self.conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        _loads(_dumps({"op": "call", "name": "x", "args": {"k": [1, 2.5, None]}, "kind": "read"}))
+        _dumps_content({"k": [1, 2.5, None, "x"]}).encode("utf-8", "surrogatepass")
+
+    def attach(self, rfd: int, wfd: int) -> None:
+        self.rfd, self.wfd = rfd, wfd
+        os.set_blocking(rfd, False)  # see _read: spin, then poll
+        self._poll.register(rfd, select.POLLIN)
+
+    @staticmethod
+    def _load_failure(exc: BaseException) -> str:
+        tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
+        return f"tools.py failed to load: {type(exc).__name__}: {exc}\n" + "".join(tb)[-2000:]
+
     def load_tools(self) -> None:
+        """Run tools.py (tool code's first run: only in a child, never in the zygote)."""
+        if self.code is None:
+            return
+        mod = type(sys)("domain_tools")
+        mod.__file__ = self.code_path
+        sys.modules["domain_tools"] = mod
         try:
-            spec = importlib.util.spec_from_file_location("domain_tools", self.code_path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules["domain_tools"] = mod
             signal.setitimer(signal.ITIMER_REAL, self.time_limit * 2)
             try:
-                spec.loader.exec_module(mod)
+                exec(self.code, mod.__dict__)  # noqa: S102 - confined child, tool code by design
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except BaseException as exc:  # noqa: BLE001 - any failure is reported, never fatal
-            tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
-            self.load_error = f"tools.py failed to load: {type(exc).__name__}: {exc}\n" + "".join(tb)[-2000:]
+            self.load_error = self._load_failure(exc)
             return
         for t in self.spec.tools:
-            fn = getattr(mod, t.name, None)
+            fn = mod.__dict__.get(t.name)
             if callable(fn):
                 self.tools[t.name] = fn
 
@@ -283,13 +358,13 @@ class Worker:
             b = spin_read(self.rfd, n, 0)
         return b
 
-    def recv(self) -> tuple[bytes, bytes] | None:
-        """One request: (json body, binary payload); None at EOF. Usually a single read()."""
+    def recv(self) -> tuple[bytes, bytes, bytes] | None:
+        """One request: (json body, binary payload, nonce); None at EOF. Usually a single read()."""
         buf = self._pending + (self._read_exact(HEADER.size - len(self._pending)) or b"") \
             if len(self._pending) < HEADER.size else self._pending
         if len(buf) < HEADER.size:
             return None
-        n, m = HEADER.unpack_from(buf)
+        n, m, nonce = HEADER.unpack_from(buf)
         total = HEADER.size + n + m
         if len(buf) < total:
             more = self._read_exact(total - len(buf))
@@ -297,18 +372,16 @@ class Worker:
                 return None
             buf += more
         self._pending = buf[total:]
-        return buf[HEADER.size:HEADER.size + n], buf[HEADER.size + n:total]
+        return buf[HEADER.size:HEADER.size + n], buf[HEADER.size + n:total], nonce
 
-    def send(self, obj: dict[str, Any], payload: bytes = b"", fallback: str = "reply") -> None:
+    def send(self, obj: dict[str, Any], payload: bytes, nonce: bytes, fallback: str = "reply") -> None:
         try:
             body = _dumps(obj).encode("utf-8", "surrogatepass")
         except (TypeError, ValueError, RecursionError, OverflowError) as exc:
-            body = _dumps({"ok": False, "id": obj.get("id"),
-                           "error": f"{fallback} returned a value that is not JSON: {exc}"}).encode()
+            body = _dumps({"ok": False, "error": f"{fallback} returned a value that is not JSON: {exc}"}).encode()
         if len(body) > self.max_reply:
-            body = _dumps({"ok": False, "id": obj.get("id"),
-                           "error": f"tool output too large ({len(body)} bytes > {self.max_reply})"}).encode()
-        data = HEADER.pack(len(body), len(payload)) + body + payload
+            body = _dumps({"ok": False, "error": f"tool output too large ({len(body)} bytes > {self.max_reply})"}).encode()
+        data = HEADER.pack(len(body), len(payload), nonce) + body + payload
         view = memoryview(data)
         while view:
             try:
@@ -319,7 +392,8 @@ class Worker:
 
     # tool calls ---------------------------------------------------------------------------------
     def run_tool(self, name: str, args: dict[str, Any], kind: str) -> tuple[dict[str, Any], bytes]:
-        """(reply, the content as the JSON text the agent sees; b"" on errors)."""
+        """(reply, the content as the JSON text the agent sees; b"" on errors). Every check on the
+        result runs before a write commits: a call that is reported failed leaves no trace."""
         fn = self.tools.get(name)
         if fn is None:
             if self.load_error:
@@ -331,7 +405,7 @@ class Worker:
             conn.rollback()
         conn.execute("BEGIN")
         guard.enter_tool()
-        err = None
+        err, text = None, b""
         try:
             try:
                 signal.setitimer(signal.ITIMER_REAL, self.time_limit)
@@ -345,6 +419,10 @@ class Worker:
             guard.exit_tool()
             if self.hygiene:
                 self._signal_hygiene()
+        if err is None:
+            err, text = self._encode(name, out)
+        if err is None and self.scratch is not None:
+            err = self._police_scratch(name)
         try:
             if err is None and kind == "write":
                 conn.execute("COMMIT")
@@ -356,15 +434,30 @@ class Worker:
             err = f"tool {name} failed: could not commit: {exc}"
         if err is not None:
             return {"ok": False, "error": err}, b""
+        return {"ok": True, "content": out}, text
+
+    def _encode(self, name: str, out: Any) -> tuple[str | None, bytes]:
         if isinstance(out, str) and len(out) > self.max_reply:  # the common case, caught before encoding
-            return {"ok": False, "error": f"tool output too large ({len(out)} characters > {self.max_reply} bytes)"}, b""
+            return f"tool output too large ({len(out)} characters > {self.max_reply} bytes)", b""
         try:
             text = _dumps_content(out).encode("utf-8", "surrogatepass")
-        except (TypeError, ValueError, RecursionError, OverflowError) as exc:
-            return {"ok": False, "error": f"tool {name} returned a value that is not JSON: {exc}"}, b""
+        except (TypeError, ValueError, RecursionError, OverflowError, MemoryError) as exc:
+            return f"tool {name} returned a value that is not JSON: {type(exc).__name__}: {exc}", b""
         if len(text) > self.max_reply:
-            return {"ok": False, "error": f"tool output too large ({len(text)} bytes > {self.max_reply})"}, b""
-        return {"ok": True, "content": out}, text
+            return f"tool output too large ({len(text)} bytes > {self.max_reply})", b""
+        return None, text
+
+    def _police_scratch(self, name: str) -> str | None:
+        """tmpfs caps scratch bytes but not files (inodes are kernel memory): too many, and the
+        call fails and scratch is emptied."""
+        try:
+            st = os.statvfs(self.scratch)
+        except OSError:
+            return None
+        if st.f_files - st.f_ffree <= MAX_SCRATCH_FILES:
+            return None
+        wipe(self.scratch)
+        return f"tool {name} failed: it left more than {MAX_SCRATCH_FILES} files in scratch (emptied)"
 
     def _describe(self, name: str, exc: BaseException) -> str:
         if isinstance(exc, ToolError):
@@ -390,19 +483,6 @@ class Worker:
         signal.setitimer(signal.ITIMER_PROF, 0)
 
     # dispatch -----------------------------------------------------------------------------------
-    def current_digests(self) -> dict[str, str]:
-        """Per-table digests, recomputed only for tables a statement may have written since the
-        last computation (the guard marks them); everything when changes went unmarked."""
-        dirty = self.guard.dirty
-        if self.conn.total_changes != self.changes and not dirty:
-            dirty = self.table_names  # changes we could not attribute: recompute all
-        for p in self.plan.tables:
-            if p.name in dirty:
-                self.digests[p.name] = p.digest(self.conn)
-        self.guard.rearm()  # expires prepared statements: a reused one is authorized (marked) again
-        self.changes = self.conn.total_changes
-        return self.digests
-
     def handle(self, req: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         op = req.get("op")
         if op == "call":
@@ -416,24 +496,14 @@ class Worker:
             if self.conn.in_transaction:
                 self.conn.rollback()
             self.guard.load(payload or self.seed)
-            self.digests = dict(self.seed_digests) if not payload else self.plan.digests(self.conn)
-            self.guard.dirty.clear()
-            self.changes = self.conn.total_changes
             return {"ok": True}, b""
-        if op == "hash":
-            return {"ok": True, "hash": self.plan.combine(self.current_digests())}, b""
-        if op == "diff":
-            if payload:
-                other = store.open_episode(payload)
-                state_mod.register_functions(other)
-                d = self.plan.diff(other, self.conn, after_digests=self.current_digests())
-                other.close()
-            else:
-                d = self.plan.diff(self.seed_conn, self.conn, self.seed_digests, self.current_digests(),
-                                   self.seed_keyed)
-            return {"ok": True, "diff": d}, b""
         if op == "snapshot":
+            if self.conn.in_transaction:
+                self.conn.rollback()
             return {"ok": True}, bytes(self.conn.serialize())
+        if op == "info":
+            return {"ok": True, "load_error": self.load_error,
+                    "missing": [t.name for t in self.spec.tools if t.name not in self.tools]}, b""
         if op == "ping":
             return {"ok": True}, b""
         return {"ok": False, "error": f"unknown op {op!r}"}, b""
@@ -443,30 +513,191 @@ class Worker:
             got = self.recv()
             if got is None:
                 return
-            body, payload = got
-            fallback, rid = "reply", None
+            body, payload, nonce = got
+            fallback = "reply"
             try:
-                req = json.loads(body)
-                rid = req.get("id")
+                req = _loads(body)
                 if req.get("op") == "call":
                     fallback = f"tool {req.get('name')}"
                 reply, out = self.handle(req, payload)
             except MemoryError:
-                reply, out = {"ok": False, "error": f"{fallback} failed: out of memory"}, b""
+                reply, out = {"ok": False, "error": f"{fallback} failed: out of memory", "oom": True}, b""
             except BaseException as exc:  # noqa: BLE001 - a bad request never kills the worker
                 reply, out = {"ok": False, "error": f"{fallback} failed: worker error: {type(exc).__name__}: {exc}"}, b""
-            reply["id"] = rid
-            self.send(reply, out, fallback)
+            self.send(reply, out, nonce, fallback)
+
+
+# The zygote -------------------------------------------------------------------------------------
+def _status(st: int) -> dict[str, int]:
+    if os.WIFSIGNALED(st):
+        return {"signal": os.WTERMSIG(st)}
+    return {"exit": os.WEXITSTATUS(st)} if os.WIFEXITED(st) else {}
+
+
+class Zygote:
+    """Forks the children; never runs tool code. One child is active, one spare is forked ahead."""
+
+    def __init__(self, worker: Worker, ctl: socket.socket, scratch_writable: bool, scratch: str, use_seccomp: bool):
+        self.worker = worker
+        self.ctl = ctl
+        self.scratch_writable = scratch_writable
+        self.scratch = scratch
+        self.pid = os.getpid()
+        self.active: int | None = None
+        self.spare: dict[str, Any] | None = None
+        self.dying: list[int] = []  # killed, not yet reaped
+        self.filter = child_seccomp() if use_seccomp else None
+
+    def fork_child(self, first: bool = False) -> dict[str, Any]:
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        go_r, go_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: nothing here returns
+            code = 0
+            try:
+                for fd in (req_w, rep_r, go_w, ready_r, self.ctl.fileno()):
+                    os.close(fd)
+                if self.spare is not None:
+                    for fd in (self.spare["req_w"], self.spare["rep_r"], self.spare["go_w"], self.spare["ready_r"]):
+                        os.close(fd)
+                set_parent_death_signal()
+                if os.getppid() != self.pid:
+                    os._exit(70)
+                if self.filter is not None:
+                    self.filter.load()
+                report = {"child_seccomp": self.filter is not None, **probe()} if first else {}
+                os.write(ready_w, _dumps(report).encode() + b"\n")  # the first report: before any tool code
+                os.close(ready_w)
+                w = self.worker
+                w.warm()  # off the caller's path; trusted code only: tool code runs after `go`
+                if os.read(go_r, 1) != b"g":
+                    os._exit(0)
+                os.close(go_r)
+                w.load_tools()  # one process at a time runs tool code: the active child
+                w.attach(req_r, rep_w)
+                w.serve()
+            except BaseException:  # noqa: BLE001 - stderr is /dev/null: the exit status says it
+                code = 71
+            os._exit(code)
+        for fd in (req_r, rep_w, go_r, ready_w):
+            os.close(fd)
+        return {"pid": pid, "req_w": req_w, "rep_r": rep_r, "go_w": go_w, "ready_r": ready_r}
+
+    def wait_ready(self, spare: dict[str, Any], timeout_s: float = 60.0) -> dict[str, Any] | None:
+        """The spare's report line, or None if it died or hung."""
+        p = select.poll()
+        p.register(spare["ready_r"], select.POLLIN)
+        buf = b""
+        while not buf.endswith(b"\n"):
+            if not p.poll(timeout_s * 1000):
+                return None
+            chunk = os.read(spare["ready_r"], 65536)
+            if not chunk:
+                return None
+            buf += chunk
+        return _loads(buf)
+
+    def discard(self, child: dict[str, Any]) -> None:
+        for fd in ("req_w", "rep_r", "go_w", "ready_r"):
+            try:
+                os.close(child[fd])
+            except OSError:
+                pass
+        try:
+            os.kill(child["pid"], signal.SIGKILL)
+            os.waitpid(child["pid"], 0)
+        except OSError:
+            pass
+
+    def next(self, reap: bool) -> tuple[dict[str, Any], list[int]]:
+        """Kill the active child, empty scratch, activate the spare: (reply, the spare's pipe ends).
+
+        reap: wait for the killed child (it may have been running: a hung or crashed call) and
+        report how it ended. Without it (a reset: the child is idle in its read, so it runs no tool
+        code) it is reaped later and its exit is not waited for."""
+        reply: dict[str, Any] = {"ok": True}
+        if self.active is not None:
+            try:
+                os.kill(self.active, signal.SIGKILL)
+            except OSError:
+                pass
+            if reap:
+                _, st = os.waitpid(self.active, 0)
+                reply["previous"] = _status(st)
+            else:
+                self.dying.append(self.active)
+            self.active = None
+        for pid in list(self.dying):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    self.dying.remove(pid)
+            except ChildProcessError:
+                self.dying.remove(pid)
+        if self.scratch_writable:
+            wipe(self.scratch)
+        for _ in range(2):
+            spare, self.spare = self.spare or self.fork_child(), None
+            try:
+                if self.wait_ready(spare) is not None and os.write(spare["go_w"], b"g") == 1:
+                    break
+            except OSError:  # it died on the way
+                pass
+            self.discard(spare)
+        else:
+            return {"ok": False, "error": "could not start a sandbox child"}, []
+        os.close(spare["go_w"])
+        os.close(spare["ready_r"])
+        self.active = spare["pid"]
+        return reply, [spare["req_w"], spare["rep_r"]]
+
+    def serve(self) -> None:
+        buf = b""
+        while True:
+            while len(buf) < HEADER.size or len(buf) < HEADER.size + HEADER.unpack_from(buf)[0]:
+                chunk = self.ctl.recv(65536)
+                if not chunk:
+                    return
+                buf += chunk
+            n, _, nonce = HEADER.unpack_from(buf)
+            req = _loads(buf[HEADER.size:HEADER.size + n])
+            buf = buf[HEADER.size + n:]
+            fds: list[int] = []
+            if req.get("op") == "next":
+                reply, fds = self.next(bool(req.get("reap")))
+            else:
+                reply = {"ok": False, "error": f"unknown op {req.get('op')!r}"}
+            body = _dumps(reply).encode("utf-8", "surrogatepass")
+            frame = HEADER.pack(len(body), 0, nonce) + body
+            if fds:
+                socket.send_fds(self.ctl, [frame], fds)
+            else:
+                self.ctl.sendall(frame)
+            for fd in fds:
+                os.close(fd)
+            if fds:
+                self.spare = self.fork_child()  # forked ahead, off the caller's critical path
+
+    def shutdown(self) -> None:
+        for child in ([self.spare] if self.spare else []):
+            self.discard(child)
+        if self.active is not None:
+            try:
+                os.kill(self.active, signal.SIGKILL)
+                os.waitpid(self.active, 0)
+            except OSError:
+                pass
 
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rfd", type=int, required=True)
-    ap.add_argument("--wfd", type=int, required=True)
+    ap.add_argument("--ctl", type=int, required=True)
     ap.add_argument("--domain", required=True)
     ap.add_argument("--scratch", required=True)
+    ap.add_argument("--scratch-writable", type=int, default=0)
     ap.add_argument("--time-limit", type=float, default=2.0)
     ap.add_argument("--max-reply", type=int, default=4 << 20)
     ap.add_argument("--spin-us", type=int, default=0)
@@ -474,12 +705,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seccomp", type=int, default=1)
     ap.add_argument("--landlock", type=int, default=1)
     ap.add_argument("--lib", default="")
-    ap.add_argument("--tmp", type=int, default=0)
+    ap.add_argument("--parent-pid", type=int, default=0)
     a = ap.parse_args(argv)
+    set_parent_death_signal()
+    if a.parent_pid and os.getppid() != a.parent_pid:
+        return  # the caller is already gone
     os.chdir(a.scratch)
     signal.signal(signal.SIGALRM, _alarm)
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    w = Worker(a.rfd, a.wfd, a.domain, a.time_limit, a.max_reply, a.spin_us)
+    ctl = socket.socket(fileno=a.ctl)
+    ctl.setblocking(True)
+    scratch = a.scratch if a.scratch_writable else None
+    w = Worker(a.domain, a.time_limit, a.max_reply, a.spin_us, scratch)
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
     layers: dict[str, Any] = {"rlimits": set_rlimits(json.loads(a.limits))}
     devnull = os.open(os.devnull, os.O_RDWR)
     if a.seccomp:
@@ -492,22 +733,28 @@ def main(argv: list[str] | None = None) -> None:
         reads = [prefix, "/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", a.lib, a.domain,
                  os.path.dirname(os.path.realpath(sys.executable))]
         try:
-            writes = [a.scratch, "/dev/null", "/dev/zero"] + (["/tmp"] if a.tmp else [])
-            layers["landlock"] = install_landlock(reads + ["/dev/urandom"], writes)
+            writes = ([a.scratch] if a.scratch_writable else []) + ["/dev/null", "/dev/zero"]
+            layers["landlock"] = install_landlock(reads + ["/dev/urandom", a.scratch], writes)
         except Exception:  # noqa: BLE001 - reported as a missing layer
             layers["landlock"] = False
     else:
         layers["landlock"] = False
-    layers["seccomp"], signals_fixed = install_seccomp() if a.seccomp else (False, False)
-    w.hygiene = not signals_fixed
-    layers.update(probe(a.scratch))
-    # From here on nothing reaches the parent except over the private pipe.
+    layers["seccomp"], fixed = install_seccomp() if a.seccomp else (False, False)
+    w.hygiene = not fixed
+    # From here on nothing reaches the parent except over the private socket and pipes.
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    w.load_tools()
-    w.send({"ok": True, "layers": layers, "load_error": w.load_error,
-            "missing": [t.name for t in w.spec.tools if t.name not in w.tools]})
-    w.serve()
+    z = Zygote(w, ctl, bool(a.scratch_writable), a.scratch, bool(layers["seccomp"]))
+    try:
+        z.spare = z.fork_child(first=True)
+        report = z.wait_ready(z.spare) or {}
+        layers.update(report)
+        layers["seccomp"] = bool(layers["seccomp"] and report.get("child_seccomp"))
+        body = _dumps({"ok": True, "layers": layers}).encode()
+        ctl.sendall(HEADER.pack(len(body), 0, NO_NONCE) + body)
+        z.serve()
+    finally:
+        z.shutdown()
 
 
 if __name__ == "__main__":

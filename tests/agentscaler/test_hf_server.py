@@ -124,3 +124,29 @@ def test_server_that_dies_reports_its_log(tmp_path):
             hf_server(tmp_path, log_path=log, startup_timeout=120):
         pass
     assert "Traceback" in str(ei.value) or "Error" in str(ei.value)
+
+
+def test_sigterm_to_a_process_serving_a_checkpoint_leaves_no_server(tiny_checkpoint, tmp_path):
+    """Issue 22, class 11: the checkpoint server runs in its own session; SIGTERM to the process that
+    started it used to leave it running. Stopped by: the server's parent-death signal."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.fault.orphans import descendants, wait_gone
+
+    script = ("import sys, time\nfrom agentscaler.hf_server import hf_server\n"
+              "with hf_server(sys.argv[1], threads=1, log_path=sys.argv[2]):\n"
+              "    print('ready', flush=True)\n    time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tiny_checkpoint), str(tmp_path / "s.log")],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        kids = descendants(proc.pid)
+        assert kids
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        assert not wait_gone(kids), "the checkpoint server outlived SIGTERM to its caller"
+    finally:
+        proc.kill()
+        proc.wait()

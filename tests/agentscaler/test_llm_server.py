@@ -86,3 +86,109 @@ def test_real_tool_call_round_trip(local_llm):
         assert e.raw
     else:
         assert nxt.content or nxt.tool_calls
+
+
+# --- issue 17: a fresh machine; issue 22 class 11 ------------------------------------------------
+
+BAD_C = """
+#include <immintrin.h>
+void tiles(const void *p, void *q) { _tile_loadd(0, p, 64); _tile_stored(0, q, 64); _tile_release(); }
+__m512 wide(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+"""
+
+
+@pytest.fixture(scope="module")
+def native_library(tmp_path_factory):
+    """A shared library with AMX and AVX-512 code, as a native build on these machines would hold."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("gcc") or not shutil.which("objdump"):
+        pytest.skip("gcc and objdump are needed to build and scan a native library")
+    d = tmp_path_factory.mktemp("native")
+    (d / "bad.c").write_text(BAD_C)
+    r = subprocess.run(["gcc", "-O2", "-mamx-tile", "-mavx512f", "-shared", "-fPIC", "-o", str(d / "libggml-cpu.so"),
+                        str(d / "bad.c")], capture_output=True)
+    if r.returncode:
+        pytest.skip(f"this gcc cannot build AMX code: {r.stderr[-300:]!r}")
+    return d / "libggml-cpu.so"
+
+
+def test_the_instruction_scan_names_amx_and_avx512(native_library):
+    from agentscaler.llm_server import ggml_libraries, scan_instructions
+
+    problems = scan_instructions([native_library])
+    assert any("AMX" in p and "tileloadd" in p for p in problems), problems
+    assert any("AVX-512" in p and "vaddps" in p for p in problems), problems
+    if ggml_libraries():  # the installed engine was built portably (make llama)
+        assert scan_instructions(ggml_libraries()) == []
+
+
+def test_smoke_fails_loudly_on_a_native_build(native_library, monkeypatch, capsys):
+    """The smoke check stops before starting the server, naming the library and the instructions."""
+    import agentscaler.llm_server as server
+
+    monkeypatch.setattr(server, "ggml_libraries", lambda: [native_library])
+    assert server.smoke() == 1
+    err = capsys.readouterr().err
+    assert "built for another processor" in err and "libggml-cpu.so" in err and "tileloadd" in err
+
+
+def _server_pid(port: int) -> int:
+    from tests.fault.orphans import descendants
+
+    import os
+
+    for pid in descendants(os.getpid()):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"--port" in cmd and cmd[cmd.index(b"--port") + 1] == str(port).encode():
+            return pid
+    raise AssertionError(f"no server process on port {port}")
+
+
+@pytest.mark.llm
+@needs_llama
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGILL"])
+def test_a_server_that_dies_mid_run_is_reported_at_once(tmp_path, sig):
+    """Kill the real server while it generates (SIGILL is what an unsupported instruction raises):
+    the request fails within seconds with 'the local LLM server exited (signal N, see log ...)', a
+    non-transient error, instead of connection errors retried until the timeout. A request after
+    the death fails the same way, without a connection attempt."""
+    import asyncio
+    import os
+    import resource
+    import signal as sig_mod
+    import time
+
+    from agentscaler import llm
+    from agentscaler.llm_server import free_port
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))  # no core file
+    signum = getattr(sig_mod, sig)
+    exited = getattr(llm, "LLMServerExited", llm.LLMError)
+    port = free_port()
+    log = tmp_path / "server.log"
+    with local_server(port=port, log_path=log, startup_timeout=180) as url:
+        pid = _server_pid(port)
+        client = LLMClient(url, timeout=120, max_retries=4)
+
+        async def run():
+            task = asyncio.ensure_future(client.chat([{"role": "user", "content": "Count from 1 to 500."}],
+                                                     max_tokens=400, stage="dies"))
+            await asyncio.sleep(1.0)
+            os.kill(pid, signum)
+            t = time.monotonic()
+            with pytest.raises(exited) as ei:
+                await task
+            took = time.monotonic() - t
+            with pytest.raises(exited):
+                await client.chat([{"role": "user", "content": "Hello?"}], max_tokens=4, stage="after")
+            return ei.value, took
+
+        err, took = asyncio.run(run())
+    assert f"the local LLM server exited (signal {signum}, see log {log})" == str(err)
+    assert not llm.is_transient(err) and took < 10
+    assert client.stats()["dies"]["retries"] == 0

@@ -60,8 +60,9 @@ ATTACKS = {
     "sql_slow_query": "return db.query('WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c')",
     "read_tool_writes": "db.execute('DELETE FROM users')\nreturn 'deleted'",
     "read_tool_commits": "db.execute('DELETE FROM users')\ndb.conn.commit()\nreturn 'committed'",
-    "forge_reply": "import os, sys, json, struct\nwfd = int(sys.argv[sys.argv.index('--wfd') + 1])\nbody = json.dumps({'ok': True, 'content': 'forged'}).encode()\nos.write(wfd, struct.pack('>II', len(body), 0) + body)\nreturn 'real'",
-    "garbage_reply": "import os, sys\nwfd = int(sys.argv[sys.argv.index('--wfd') + 1])\nos.write(wfd, b'\\x00\\x00\\x00\\x05\\x00\\x00\\x00\\x00{{{{{')\nimport time\ntime.sleep(0.2)\nreturn 'real'",
+    # the reply pipe is one of the few open descriptors: write a well-formed frame (a guessed nonce) to each
+    "forge_reply": "import os, json, struct\nbody = json.dumps({'ok': True, 'content': 'forged'}).encode()\nfor fd in range(3, 64):\n    try:\n        os.write(fd, struct.pack('>II16s', len(body), 0, bytes(16)) + body)\n    except OSError:\n        pass\nreturn 'real'",
+    "garbage_reply": "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'\\x00\\x00\\x00\\x05\\x00\\x00\\x00\\x00{{{{{')\n    except OSError:\n        pass\nimport time\ntime.sleep(0.2)\nreturn 'real'",
     "not_json": "return object.__new__(type('X', (), {'__repr__': None}))",
 }
 
@@ -123,7 +124,7 @@ CASES = [
     ("ctypes_syscall", "socket syscall refused", False),
     ("kill_parent", "not permitted", False),
     ("kill_all", "not permitted", False),
-    ("sigstop_self", "time limit", True),
+    ("sigstop_self", "not permitted", False),  # the child may not signal any process, itself included
     ("exit", "SystemExit", False),
     ("hard_exit", "crashed", True),
     ("recursion", "recursion", False),

@@ -140,3 +140,66 @@ def test_blob_values_fall_back_to_quote_encoding():
     assert plan.diff(a, b) == [{"table": "items", "key": {"id": 1}, "column": "label", "before": "a",
                                 "after": b"\x00raw"}]
     assert plan.diff(b, c) == []
+
+
+NUMERIC = [TableSpec(name="amounts", primary_key=["id"], columns=[
+    ColumnSpec(name="id", type="integer", nullable=False),
+    ColumnSpec(name="v", type="real", policy="numeric", tolerance=1e-6)])]
+
+
+def test_numeric_tolerance_does_not_saturate():
+    """Issue 22, class 10: CAST(round(v / tol) AS INTEGER) saturates at 2**63, so every value above
+    ~9.2e12 (tolerance 1e-6) hashed alike. Distinct large values now hash apart; values within the
+    tolerance still hash alike, and no large value collides with a small one."""
+    plan = StatePlan(NUMERIC)
+
+    def h(*vals):
+        return plan.state_hash(_db(NUMERIC, {"amounts": list(enumerate(vals))}))
+
+    assert h(1e20) != h(2e20) and h(-1e20) != h(-2e20) and h(1e300) != h(float("inf"))
+    assert h(2**62) != h(2**62 + 1) and h(2**62) != h(2**62 + 10**10)  # integers past 2**53 stay exact
+    assert h(1.0) == h(1.0000000001) and h(12345.678) == h(12345.6780000004)
+    assert h(1e4) != h(1e10)  # 1e4 quantizes to 1e10: another SQL type than the value 1e10 itself
+    assert h(9e9) != h(9.01e9) and h(2**53) != h(2**53 + 2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "del", "grow"]), st.integers(0, 30), st.integers(0, 5000)),
+                min_size=1, max_size=25))
+def test_the_oracle_equals_a_full_recompute_after_any_writes(ops):
+    """StateOracle digests again only the tables owning a changed page; whatever the writes (new
+    pages, overflow chains, freed pages, page reuse across tables), its hash equals a full one."""
+    from envs.state import StateOracle
+
+    conn = _db(POLICY + EXACT, {"users": [(f"u{i}", f"u{i}@x", 1.0, "t") for i in range(20)],
+                                "items": [(i, "x" * 300, i, 1.5, None) for i in range(40)]})
+    plan = StatePlan(POLICY + EXACT)
+    oracle = StateOracle(POLICY + EXACT, bytes(conn.serialize()))
+    for op, k, size in ops:
+        if op == "put":
+            conn.execute("INSERT OR REPLACE INTO items VALUES (?, ?, 1, 2.0, NULL)", (k, "y" * size))
+        elif op == "del":
+            conn.execute("DELETE FROM items WHERE id = ?", (k,))
+            conn.execute("DELETE FROM users WHERE user_id = ?", (f"u{k}",))
+        else:
+            conn.execute("INSERT OR REPLACE INTO users VALUES (?, ?, ?, 't')", (f"u{k}", "e" * size, k / 3))
+            conn.execute("INSERT OR REPLACE INTO events VALUES (?, ?, ?)", (f"e{k}-{size}", f"u{k}", "z" * size))
+        assert oracle.hash(bytes(conn.serialize())) == plan.state_hash(conn)
+    assert oracle.diff(bytes(conn.serialize())) == plan.diff(_db(POLICY + EXACT, {
+        "users": [(f"u{i}", f"u{i}@x", 1.0, "t") for i in range(20)],
+        "items": [(i, "x" * 300, i, 1.5, None) for i in range(40)]}), conn)
+
+
+def test_the_oracle_reads_a_hostile_image_safely():
+    """An image where a spec table is a view (recursive, or calling a function it should not) is a
+    state of its own, computed without running the view's recursion."""
+    from envs.state import StateOracle
+
+    conn = _db(EXACT, {"items": [(1, "a", 1, 1.0, None)]})
+    seed = bytes(conn.serialize())
+    conn.execute("DROP TABLE items")
+    conn.execute("CREATE VIEW items AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                 "SELECT x AS id, 'a' AS label, 1 AS qty, 1.0 AS price, NULL AS meta FROM c")
+    oracle = StateOracle(EXACT, seed)
+    h = oracle.hash(bytes(conn.serialize()))
+    assert oracle.digests["items"].startswith("error:") and h != oracle.hash(seed)
