@@ -39,8 +39,17 @@ def singular(word: str) -> str:
     return word
 
 
+# mass nouns: one table of weather, not of weathers
+UNCOUNTABLE = frozenset({"weather", "information", "data", "equipment", "news", "music", "software", "inventory",
+                         "furniture", "feedback", "traffic", "advice", "research", "evidence", "knowledge", "money",
+                         "mail", "luggage", "baggage", "staff", "metadata", "media", "content", "storage", "memory",
+                         "analytics", "insurance", "parking", "health", "nutrition", "weight", "mileage"})
+
+
 def plural(word: str) -> str:
-    """order -> orders, category -> categories, box -> boxes."""
+    """order -> orders, category -> categories, box -> boxes; weather, news stay as they are."""
+    if word in UNCOUNTABLE or word.split("_")[-1] in UNCOUNTABLE:
+        return word
     if word.endswith("y") and len(word) > 1 and word[-2] not in "aeiou":
         return word[:-1] + "ies"
     if word.endswith(("s", "x", "ch", "sh")):
@@ -68,3 +77,83 @@ def strip_role(name: str) -> str:
         if name.startswith(rp) and len(name) > len(rp):
             return name[len(rp):]
     return name
+
+
+# --- words of a tool name -------------------------------------------------------------------------
+# ingest makes colliding names unique with `_<6, 8, 10 or 16 hex>` (tasks.corpus.ingest): a tag, never a word.
+_TAG = re.compile(r"^(?:[0-9a-f]{6}|[0-9a-f]{8}|[0-9a-f]{10}|[0-9a-f]{16})$")
+_HEX_WORDS = frozenset({"decade", "facade", "accede", "efface", "deface", "beaded", "bedded", "beefed", "dabbed",
+                        "deeded", "acceded", "defaced", "effaced", "defaced"})
+_VERSION = re.compile(r"^v\d+$")
+
+
+def is_tag(token: str) -> bool:
+    """A dedupe tag (`90611a`, `aaeaef`) or hash suffix, not a word of the name."""
+    return bool(_TAG.match(token)) and (any(c.isdigit() for c in token) or token not in _HEX_WORDS)
+
+
+def strip_tag(name: str) -> str:
+    """weather_forecast_90611a -> weather_forecast: the name without ingest's dedupe tag."""
+    parts = str(name).split("_")
+    while len(parts) > 1 and is_tag(parts[-1].lower()):
+        parts.pop()
+    return "_".join(parts)
+
+
+@lru_cache(maxsize=1 << 16)
+def name_tokens(name: str) -> tuple[str, ...]:
+    """The words of a tool or parameter name: snake_case tokens without dedupe tags, version
+    tokens (v2) and bare numbers (Movies_3_FindMovies -> movies, find, movies)."""
+    return tuple(t for t in snake(strip_tag(name)).split("_")
+                 if t and not is_tag(t) and not t.isdigit() and not _VERSION.match(t))
+
+
+# --- ids ------------------------------------------------------------------------------------------
+ID_SUFFIXES = ("_id", "_ids", "_uuid", "_uid")
+
+
+def is_id_name(name: str) -> bool:
+    """userId, order_id, vec_id, item_ids, id: a parameter or field that names an entity by its id."""
+    s = snake(name)
+    return s in ("id", "ids", "uuid") or (s.endswith(ID_SUFFIXES) and s not in ID_SUFFIXES)
+
+
+def id_noun(name: str) -> str:
+    """The entity an id names: source_account_id -> account, userIds -> user, id -> ''."""
+    s = snake(name)
+    for suf in ID_SUFFIXES:
+        if s.endswith(suf) and len(s) > len(suf):
+            return singular(strip_role(s[: -len(suf)]))
+    return ""
+
+
+# --- one entity, several words ---------------------------------------------------------------------
+# Words that name one real-world thing inside a domain (a cinema's booking is its ticket and its
+# reservation; a gym's member is its customer). Synthesis merges two of them when both occur in
+# one domain, unless each is read by tools of its own (tasks.environments.entities).
+SYNONYMS: tuple[frozenset[str], ...] = (
+    frozenset({"booking", "reservation", "ticket", "appointment"}),
+    frozenset({"user", "customer", "member", "client", "patron", "subscriber", "account_holder"}),
+    frozenset({"order", "purchase"}),
+    frozenset({"product", "item", "article"}),
+    frozenset({"movie", "film"}),
+    frozenset({"song", "track"}),
+    frozenset({"medicine", "medication", "drug"}),
+    frozenset({"car", "vehicle"}),
+    frozenset({"house", "home", "property"}),
+    frozenset({"doctor", "physician", "vet", "veterinarian"}),
+    frozenset({"pet", "animal"}),
+    frozenset({"loan", "borrowing", "checkout"}),
+    frozenset({"show", "showtime", "screening", "showing"}),
+)
+
+
+# words that always name another entity: a login is a session
+CANONICAL = {"login": "session", "logon": "session", "authentication": "session", "auth": "session",
+             "signin": "session", "sign_in": "session", "login_status": "session"}
+
+
+def synonyms(a: str, b: str) -> bool:
+    """Whether two singular nouns (or their last words) name one thing by the SYNONYMS table."""
+    ha, hb = a.split("_")[-1], b.split("_")[-1]
+    return a != b and any((a in g or ha in g) and (b in g or hb in g) for g in SYNONYMS)

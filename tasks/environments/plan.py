@@ -1,8 +1,19 @@
-"""Rule-based planning of a domain: each tool's kind (read/write), action and entity; the entities'
-tables, keys and columns (inferred from the parameter schemas, ids and foreign keys).
+"""Rule-based planning of a domain: each tool's kind, action, entity and effects; the entities'
+tables, keys, columns and states.
 
-Deterministic, data only: the plan drives the seed rows (tasks.environments.seed) and the tool
-code (tasks.environments.render).
+From the tools alone (deterministic, data only):
+1. each tool's verb (tasks.environments.verbs: description first, then the name) gives its kind and
+   action: get / search (reads), create, update, delete, status (a move in a state machine),
+   balance (money in or out), transfer, extend, refill, login / logout;
+2. its own noun and the nouns of its id parameters are unified across the domain
+   (tasks.environments.entities): one entity per real-world noun, the id a creating tool returns
+   is the key every other tool takes;
+3. columns come from the parameters a tool reads or writes and from output specs; a foreign key
+   only where a tool shows a "belongs to" relation (an order created for a user, orders listed by
+   user); states from the state-changing verbs (TRANSITIONS); a quantity column (seats, stock,
+   copies...) on an entity that creating tools consume; a balance on an entity money moves in and
+   out of; clock fields (started/ended/due) for verbs that need them.
+The plan drives the seed rows (tasks.environments.seed) and the tool code (tasks.environments.render).
 """
 
 from __future__ import annotations
@@ -12,66 +23,62 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentscaler.models import Tool
-from agentscaler.naming import QUERY_NAMES, column_key, plural, singular, snake, strip_role
+from agentscaler.naming import (CANONICAL, QUERY_NAMES, SYNONYMS, column_key, id_noun, is_id_name, plural, singular,
+                               snake, synonyms)
 from envs.spec import ColumnSpec
+from tasks.environments.entities import ATTRS, GENERIC, Unifier, description_phrase, head, name_phrase, output_noun
+from tasks.environments.verbs import NOUNLIKE, TERMINAL, TRANSITIONS, classify, description_verb, name_verb, read_verb
 
-# --- vocabulary ---------------------------------------------------------------------------------
-READ_VERBS = {
-    "get", "fetch", "retrieve", "read", "list", "search", "find", "lookup", "look", "query", "show", "view",
-    "display", "check", "describe", "count", "calculate", "calc", "compute", "estimate", "convert", "validate",
-    "verify", "is", "has", "can", "browse", "filter", "compare", "predict", "analyze", "analyse", "recommend",
-    "translate", "detect", "identify", "extract", "summarize", "parse", "evaluate", "measure", "locate",
-    "explore", "discover", "suggest", "inspect", "see", "generate", "download", "solve", "determine", "find",
-    "sort", "total", "fetch", "monitor", "track", "ls", "pwd", "cat", "grep", "du", "diff", "wc", "tail",
-    "head", "echo", "mean", "median", "sum", "average", "forecast", "simulate", "plot", "lookup", "geocode",
-    "resolve_address", "test", "list_all", "retrieve_all", "score", "rank", "classify", "match", "quote",
-}
-CREATE_VERBS = {
-    "create", "add", "insert", "post", "new", "book", "reserve", "place", "make", "submit", "register", "send",
-    "schedule", "open", "upload", "write", "save", "log", "record", "publish", "invite", "subscribe", "follow",
-    "like", "share", "order", "buy", "purchase", "pay", "apply", "rent", "hire", "enroll", "join", "request",
-    "store", "import", "mkdir", "touch", "cp", "copy", "post", "comment", "reply", "tweet", "message", "report",
-    "plan", "sign", "signup", "checkout", "donate", "issue", "file", "claim", "upvote", "vote", "bookmark",
-}
-UPDATE_VERBS = {
-    "update", "set", "modify", "edit", "change", "rename", "move", "mv", "assign", "transfer", "adjust", "patch",
-    "replace", "upgrade", "downgrade", "reschedule", "mark", "toggle", "configure", "put", "increase",
-    "decrease", "rate", "reset", "restore", "exchange", "fill", "press", "release", "turn", "switch", "charge",
-    "top", "refill", "sell", "trade", "apply_discount", "attach", "link", "connect", "disconnect", "set_up",
-}
-DELETE_VERBS = {"delete", "remove", "drop", "erase", "destroy", "purge", "clear", "rm", "rmdir", "unsubscribe",
-                "unfollow", "unlike", "discard", "revoke", "uninstall"}
-STATUS_VERBS = {
-    "cancel": "cancelled", "approve": "approved", "reject": "rejected", "activate": "active",
-    "deactivate": "inactive", "enable": "enabled", "disable": "disabled", "close": "closed",
-    "archive": "archived", "complete": "completed", "confirm": "confirmed", "lock": "locked",
-    "unlock": "unlocked", "block": "blocked", "unblock": "active", "suspend": "suspended",
-    "resume": "active", "pause": "paused", "stop": "stopped", "start": "started", "refund": "refunded",
-    "return": "returned", "ship": "shipped", "deliver": "delivered", "accept": "accepted",
-    "decline": "declined", "resolve": "resolved", "escalate": "escalated", "finish": "finished",
-    "dispatch": "dispatched", "void": "voided", "expire": "expired", "renew": "active", "freeze": "frozen",
-    "unfreeze": "active", "mute": "muted", "unmute": "active", "hold": "on_hold", "release_hold": "active",
-}
-TERMINAL = ("cancelled", "closed", "deleted", "archived", "rejected", "refunded", "voided", "expired")
-WRITE_VERBS = CREATE_VERBS | UPDATE_VERBS | DELETE_VERBS | set(STATUS_VERBS)
-ALL_VERBS = READ_VERBS | WRITE_VERBS
-STOP = {"by", "for", "of", "the", "a", "an", "to", "from", "in", "on", "with", "all", "details", "detail", "info",
-        "information", "data", "list", "id", "ids", "new", "my", "current", "existing", "specific", "given",
-        "single", "multiple", "api", "v1", "v2", "v3", "using", "via", "and", "or", "into", "at", "per", "json",
-        "based", "if", "exists", "available", "most", "top", "latest", "recent", "random", "one", "each", "any"}
-ATTRS = {"price", "status", "balance", "name", "email", "address", "profile", "summary", "total", "rating",
-         "score", "location", "phone", "description", "availability", "value", "password", "settings", "history",
-         "count", "state", "level", "title", "type"}
 CONTROL = {"limit", "max_results", "num_results", "results", "top_k", "top_n", "k", "page", "page_size",
            "per_page", "offset", "sort", "sort_by", "sort_order", "order_by", "fields", "cursor", "page_token",
            "format", "response_format", "output_format", "verbose", "pretty", "include_details", "detailed",
-           "api_key", "apikey", "token", "access_token", "key", "callback", "lang", "locale"}
+           "api_key", "apikey", "token", "access_token", "key_", "callback", "lang", "locale", "language",
+           "pagination_token", "url_embed_safe", "include_sensitive", "notify", "send_updates", "notify_attendees",
+           "human_readable", "precision", "round_off", "unit", "units", "timeout", "verify", "stream", "debug",
+           "client_id", "client_secret", "grant_type", "refresh_token", "auth", "cert", "proxies", "cookies",
+           "allow_redirects"}
 LIMIT_NAMES = {"limit", "max_results", "num_results", "results", "top_k", "top_n", "k", "page_size", "per_page"}
-HTTP_WRITE = re.compile(r"\b(POST|PUT|PATCH|DELETE)\b")
-HTTP_READ = re.compile(r"\bGET\b")
+# what a create consumes, by the consumed entity's noun (a showtime's seats, a product's stock)
+QUANTITY_COLUMNS = (
+    ("seats_available", {"showtime", "show", "screening", "showing", "flight", "event", "concert", "trip", "train",
+                         "bus", "performance", "match", "game", "tour", "ride", "cruise", "route"}),
+    ("spots_available", {"class", "course", "workshop", "slot", "lesson", "camp", "program", "session",
+                         "appointment_slot", "timeslot", "time_slot", "shift"}),
+    ("copies_available", {"book", "title", "dvd", "copy", "edition", "album", "magazine"}),
+    ("rooms_available", {"hotel", "property", "house", "hostel", "resort", "room_type"}),
+    ("stock", {"product", "item", "medicine", "medication", "drug", "ingredient", "part", "article", "sku",
+               "variant", "stock", "inventory", "supply", "ticket_type", "car", "vehicle", "equipment", "bike"}),
+)
+CONSUME_VERBS = {"book", "reserve", "buy", "purchase", "order", "rent", "borrow", "enroll", "join", "hire",
+                 "checkout", "place", "register", "adopt", "refill", "dispense", "sell", "issue", "schedule"}
+QUANTITY_PARAMS = ("quantity", "qty", "count", "number_of_tickets", "tickets", "num_tickets", "ticket_count",
+                   "seats", "number_of_seats", "num_seats", "party_size", "number_of_adults", "adults", "passengers",
+                   "number_of_passengers", "copies", "units", "guests", "num_guests", "number_of_guests", "people",
+                   "rooms", "room_qty", "number_of_rooms", "amount_of_items", "pieces", "pack_size", "spots")
+PEOPLE = {"user", "customer", "member", "client", "patient", "person", "owner", "guest", "traveler", "passenger",
+          "employee", "driver", "student", "account_holder", "patron", "subscriber", "contact", "agent"}
+BALANCE_NOUNS = ("account", "wallet", "card", "credit_card", "gift_card", "budget", "balance", "fund", "user",
+                 "member", "customer", "subscription")
+MONEY = ("amount", "value", "funds", "sum", "total", "price", "cost", "fare", "fee", "payment", "deposit",
+         "withdrawal", "charge", "insurance_cost", "gb_amount", "money", "cash", "credit", "top_up_amount")
+FEE_WORDS = re.compile(r"\b(fee|fees|charge|charges|cost|settle|settles|pay|payment|price|bill|fine|fines)\b", re.I)
+TIME_PARAMS = re.compile(r"(hour|hours|hrs|day|days|minute|minutes|mins|week|weeks|month|months|duration|extra_time|"
+                         r"extension|period)$")
+CLOCK_VERBS = {"borrow", "checkout", "rent", "hire", "lend"}  # creates with a due date
+# the record a booking-like create makes when its object is the thing booked (book_house -> booking)
+BOOKING_NOUN = {"book": "booking", "reserve": "reservation", "rent": "rental", "hire": "rental", "borrow": "loan",
+                "checkout": "loan", "enroll": "enrollment", "subscribe": "subscription", "buy": "purchase",
+                "purchase": "purchase", "order": "order", "place": "order", "adopt": "adoption", "lend": "loan"}
+# records a start-like verb creates (start_parking_session(zone) makes a session; start_engine moves a state)
+STARTABLE = {"session", "trip", "ride", "visit", "timer", "workout", "recording", "game", "call", "meeting", "shift",
+             "job", "task", "process", "campaign", "project", "journey", "stream", "tour", "lesson", "class", "exam",
+             "survey", "chat", "conversation", "parking_session", "booking", "reservation", "order", "loan", "rental",
+             "subscription", "membership", "ticket", "appointment", "stay", "check_in", "run", "race", "round"}
+RECORD_NOUNS = {"booking", "reservation", "ticket", "order", "appointment", "rental", "loan", "subscription",
+                "enrollment", "registration", "purchase", "session", "visit", "transaction", "payment", "transfer",
+                "request", "claim", "application", "policy", "membership", "pass", "voucher", "adoption", "ride",
+                "delivery", "shipment", "invoice", "donation", "refill", "prescription", "insurance"}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
 
 
 def column_name(name: str) -> str:
@@ -107,7 +114,8 @@ class Param:
     name: str
     schema: dict[str, Any]
     required: bool
-    role: str = "column"  # pk | pk_list | fk | fk_list | column | min | max | limit | offset | control
+    # pk | pk_list | fk | fk_list | column | min | max | limit | offset | query | control | amount
+    role: str = "column"
     column: str = ""
     ref: str = ""  # referenced entity for pk/fk roles
 
@@ -125,7 +133,12 @@ class Entity:
     param_cols: set[str] = field(default_factory=set)  # columns some tool parameter reads or writes
     list_refs: dict[str, str] = field(default_factory=dict)  # json column of ids -> entity they point to
     status_targets: set[str] = field(default_factory=set)
-    statuses: list[str] = field(default_factory=list)
+    statuses: list[str] = field(default_factory=list)  # every state, the initial one first
+    quantity: str = ""  # the counter other entities' creates consume (seats_available, stock...)
+    balance: str = ""  # the money column debits and credits move
+    clock: set[str] = field(default_factory=set)  # started_at | ended_at | due_date | returned_at | ends_at
+    extra_states: dict[str, list[str]] = field(default_factory=dict)  # roaming_status -> its states
+    alt_schemas: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # other tools' schemas of a column
 
 
 @dataclass
@@ -133,143 +146,213 @@ class Plan:
     tool: Tool
     name: str
     kind: str
-    action: str  # get | search | create | update | delete | status
+    action: str  # get | search | create | update | delete | status | balance | transfer | extend | refill | login | logout
     verb: str
     entity: str
     params: list[Param]
     status_to: str = ""
+    status_from: tuple[str, ...] = ()
     kind_reason: str = ""
+    effects: list[dict[str, Any]] = field(default_factory=list)
+    status_col: str = "status"  # the column a state move changes (roaming_status: a line's roaming)
+    anchor: str = ""  # the entity whose row a call's arguments come from, when not its own
 
 
-def _tokens(name: str) -> list[str]:
-    return [t for t in snake(name).split("_") if t]
-
-
-def _find_verb(tokens: list[str]) -> tuple[int, str]:
-    for i, t in enumerate(tokens[:4]):
-        if t in ALL_VERBS:
-            return i, t
-    return -1, ""
-
-
-def classify(tool: Tool) -> tuple[str, str]:
-    """(kind, reason): the corpus's kind, else HTTP method, else verb, else parameter shapes."""
-    if tool.kind in ("read", "write"):
-        return tool.kind, "corpus"
-    text = f"{tool.description} {tool.source_name}"
-    if HTTP_WRITE.search(text):
-        return "write", "http"
-    if HTTP_READ.search(text):
-        return "read", "http"
-    _, verb = _find_verb(_tokens(tool.name))
-    if verb in WRITE_VERBS:
-        return "write", "verb"
-    if verb in READ_VERBS:
-        return "read", "verb"
-    props = tool.parameters.get("properties") or {}
-    required = set(tool.parameters.get("required") or [])
-    body = [p for p in required if isinstance(props.get(p), dict) and schema_type(props[p]) == "object"]
-    if body and len(body) == len(required):
-        return "write", "shape"
-    return "read", "default"
-
-
-def _id_entity(pname: str, schema: dict[str, Any]) -> str | None:
-    """Entity an id-like parameter refers to ('' = the tool's own entity), None if not an id."""
-    s = snake(pname)
+def _id_ref(pname: str, schema: dict[str, Any]) -> str | None:
+    """The entity noun an id-like parameter refers to ('' = the tool's own entity), None if not an id."""
+    if not is_id_name(pname):
+        return None
     t = schema_type(schema)
-    if s == "id" and t in ("string", "integer"):
-        return ""
-    if s in ("ids",) and t == "array":
-        return ""
-    for suf in ("_ids", "_id", "_uuid"):
-        if s.endswith(suf) and len(s) > len(suf):
-            if suf == "_ids" and t != "array":
-                return None
-            if suf != "_ids" and t not in ("string", "integer"):
-                return None
-            return singular(strip_role(s[: -len(suf)]))
+    s = snake(pname)
+    if s.endswith("_ids") or s == "ids":
+        if t != "array":
+            return None
+    elif t not in ("string", "integer"):
+        return None
+    return id_noun(pname)
+
+
+def _words(text: str | None) -> set[str]:
+    return {singular(w) for w in re.findall(r"[a-z]+", (text or "").lower())}
+
+
+def booked_noun(tool: Tool, verb: str) -> str:
+    """What a booking-like create books (book_house: house; buy_bus_ticket: bus), "" when unsaid."""
+    nv = name_verb(tool.name)
+    dv = description_verb(tool.description)
+    for phrase in (name_phrase(tool.name, nv.verb if nv.verb == verb else ""),
+                   description_phrase(tool.description, dv.verb) if dv.verb == verb else ""):
+        words = [w for w in phrase.split("_") if w]
+        if not words:
+            continue
+        if head(phrase) in RECORD_NOUNS:  # a bus ticket books a bus, a movie ticket a movie
+            words = words[:-1]
+        if words:
+            return "_".join(words[-2:])
+    return ""
+
+
+def _own_noun(tool: Tool, action: str, verb: str, ids: list[tuple[Param, str | None]]) -> str:
+    """The tool's own noun before unification (see tasks.environments.entities)."""
+    nv = name_verb(tool.name)
+    dv = description_verb(tool.description)
+    nphrase = name_phrase(tool.name, nv.verb if nv.verb and (nv.verb not in NOUNLIKE or nv.verb == dv.verb or
+                                                             not dv.verb) else "")
+    dphrase = description_phrase(tool.description, dv.verb) if dv.verb else ""
+    words = set(snake(tool.name).split("_"))
+    phrase = ""
+    if dphrase and (head(dphrase) in words or singular(head(dphrase)) in {singular(w) for w in words}):
+        phrase = dphrase
+    elif nphrase and nphrase not in GENERIC:
+        phrase = nphrase
+    else:
+        phrase = dphrase or nphrase
+    id_nouns = [e for p, e in ids if e]
+    if action == "create":
+        out = output_noun(tool.returns, {p.name for p, _ in ids})
+        if out:
+            return out
+        if verb in BOOKING_NOUN and head(phrase) not in RECORD_NOUNS:
+            return BOOKING_NOUN[verb]  # book_house creates a booking (of a house), not a house
+    if action not in ("create", "search", "login"):
+        scalar = [e for p, e in ids if e and schema_type(p.schema) != "array"]
+        in_phrase = [e for e in scalar if e in phrase.split("_") or phrase.endswith(e)]
+        if in_phrase:
+            return in_phrase[-1]
+        if phrase and head(phrase) in ATTRS and scalar:
+            said = [e for e in scalar if e in _words(tool.description)]
+            return (said or scalar)[-1]
+        if not phrase and scalar:
+            return scalar[-1]
+        if any(e == "" for _, e in ids) and phrase:
+            return phrase
+        if scalar and (not phrase or phrase in GENERIC):
+            return scalar[-1]
+    if action == "search" and not phrase and id_nouns:
+        return id_nouns[-1]
+    if not phrase and not id_nouns:  # a noun from the parameters (requests_get(url) -> url)
+        firsts = [p for p, _ in ids] or [p for p in [Param(n, s if isinstance(s, dict) else {}, True) for n, s in
+                                                     (tool.parameters.get("properties") or {}).items()]
+                                         if snake(p.name) not in CONTROL and schema_type(p.schema) == "string"]
+        phrase = singular(snake(firsts[0].name).split("_")[-1]) if firsts else ""
+    return CANONICAL.get(phrase, phrase) or (id_nouns[-1] if id_nouns else "") or "record"
+
+
+def _action(verb_action: str, verb: str, kind: str, own_id: bool, ids: list[tuple[Param, str | None]],
+            params: list[Param]) -> str:
+    if kind == "read":
+        return "read"
+    if verb_action in ("create", "update", "delete"):
+        if verb_action == "update" and not ids and not own_id and verb in ("put", "set", "configure", "select",
+                                                                         "connect", "play", "stream", "navigate"):
+            return "update"
+        return verb_action
+    if verb_action == "transition":
+        if not own_id and verb in ("start", "launch", "begin", "check_in", "checkin", "open", "reopen"):
+            return "create"  # start_parking_session(zone, plate): a new record in the started state
+        return "status"
+    if verb_action in ("credit", "debit"):
+        return "balance"
+    if verb_action == "transfer":
+        same = [e for _, e in ids if e]
+        return "transfer" if len(same) >= 2 and len(set(same)) < len(same) else "create"
+    if verb_action in ("extend", "refill", "login", "logout"):
+        return verb_action
+    return "create" if not own_id and not ids else "update"
+
+
+_EXPLICIT = (("min_", "minimum_"), ("_min",), ("max_", "maximum_"), ("_max",))
+_PAIRED = {"start_": "end_", "from_": "to_", "_start": "_end", "_from": "_to"}
+
+
+def _bound(s: str, names: set[str]) -> str:
+    """min | max | "": max_price is a bound; start_date/end_date and price_from/price_to are bounds
+    only as a pair (where_to alone is a place, not the end of a range)."""
+    if s.startswith(_EXPLICIT[0]) or s.endswith(_EXPLICIT[1]):
+        return "min"
+    if s.startswith(_EXPLICIT[2]) or s.endswith(_EXPLICIT[3]):
+        return "max"
+    for lo, hi in _PAIRED.items():
+        if lo.endswith("_") and s.startswith(lo) and hi + s[len(lo):] in names:
+            return "min"
+        if hi.endswith("_") and s.startswith(hi) and lo + s[len(hi):] in names:
+            return "max"
+        if lo.startswith("_") and s.endswith(lo) and s[: -len(lo)] + hi in names:
+            return "min"
+        if hi.startswith("_") and s.endswith(hi) and s[: -len(hi)] + lo in names:
+            return "max"
+    return ""
+
+
+def _money_param(params: list[Param]) -> Param | None:
+    nums = [p for p in params if schema_type(p.schema) in ("number", "integer") and p.role in ("column", "amount")]
+    for m in MONEY:
+        for p in nums:
+            if snake(p.name) == m or snake(p.name).endswith("_" + m):
+                return p
     return None
 
 
-def _phrase(tokens: list[str], vi: int) -> list[str]:
-    rest = tokens[vi + 1:] if vi >= 0 else tokens
-    if vi > 0 and not [t for t in rest if t not in STOP]:  # todo_delete: the noun comes first
-        rest = tokens[:vi]
-    return [singular(t) for t in rest if t not in STOP and singular(t) not in STOP and not t.isdigit() and not re.fullmatch(r"v\d+", t)
-            and not (len(t) == 6 and re.fullmatch(r"[0-9a-f]*\d[0-9a-f]*", t))]  # ingest's dedup suffix
+def _quantity_param(params: list[Param]) -> Param | None:
+    for q in QUANTITY_PARAMS:
+        for p in params:
+            if snake(p.name) == q and schema_type(p.schema) in ("integer", "number") and p.role == "column":
+                return p
+    return None
 
 
 def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
-    """Decide each tool's action and entity, and the entities' tables and columns."""
+    """Decide each tool's action, entity and effects, and the entities' tables, columns and states."""
     plans: list[Plan] = []
+    uni = Unifier()
+    raw: list[tuple[Tool, str, str, str, str, list[Param], list[tuple[Param, str | None]], str]] = []
     for tool in tools:
         kind, why = classify(tool)
-        tokens = _tokens(tool.name)
-        vi, verb = _find_verb(tokens)
-        phrase = _phrase(tokens, vi)
+        vr = read_verb(tool)
+        verb = vr.verb
+        verb_action = vr.action if vr.verb else ("read" if kind == "read" else "")
+        if tool.kind in ("read", "write") and (verb_action == "read") != (tool.kind == "read"):
+            verb_action = "read" if tool.kind == "read" else ""  # the corpus knows better than the verb
         props = tool.parameters.get("properties") or {}
         required = set(tool.parameters.get("required") or [])
         params = [Param(name=p, schema=s if isinstance(s, dict) else {}, required=p in required)
                   for p, s in props.items()]
-        ids = [(p, _id_entity(p.name, p.schema)) for p in params]
-        id_ents = [e for _, e in ids if e]
-        # the tool's own entity
-        core = [t for t in phrase if t not in id_ents]
-        if kind == "read":
-            action = "search"
-            if core and len(core) == 1 and core[0] in ATTRS and id_ents:
-                entity = id_ents[0]
-            elif core:
-                entity = "_".join(core[-2:])
-            elif id_ents:
-                entity = id_ents[-1] if phrase and phrase[-1] == id_ents[-1] else id_ents[0]
-            else:
-                entity = "_".join(phrase[-2:]) or "record"
-        else:
-            if verb in STATUS_VERBS:
-                action = "status"
-            elif verb in DELETE_VERBS:
-                action = "delete"
-            elif verb in UPDATE_VERBS:
-                action = "update"
-            elif verb in CREATE_VERBS:
-                action = "create"
-            else:
-                action = "update" if id_ents or any(e == "" for _, e in ids) else "create"
-            if action == "create":
-                if core:
-                    entity = "_".join(core[-2:])
-                elif phrase and phrase[-1] in id_ents:  # create_task(task_id, ...): the caller names the id
-                    entity = phrase[-1]
-                elif id_ents:  # add_to(cart_id, ...): a change to an existing record
-                    entity, action = id_ents[-1], "update"
-                else:
-                    entity = "_".join(phrase[-2:]) or "record"
-            else:
-                scalar = [e for p, e in ids if e and schema_type(p.schema) != "array"]
-                in_phrase = [e for e in scalar if e in phrase] or [e for e in id_ents if e in phrase]
-                if in_phrase:
-                    entity = in_phrase[-1]
-                elif id_ents:
-                    entity = id_ents[-1] if action != "update" else id_ents[0]
-                else:
-                    entity = "_".join(core[-2:]) or "record"
-        entity = column_name(entity)[:40]
-        if kind == "read" and any(e in (entity, "") for _, e in ids if e is not None):
-            action = "get" if any(e in (entity, "") and schema_type(p.schema) != "array" for p, e in ids
-                                  if e is not None) else "search"
+        ids = [(p, _id_ref(p.name, p.schema)) for p in params]
+        ids = [(p, e) for p, e in ids if e is not None]
+        pre_action = _action(verb_action or ("read" if kind == "read" else "update"), verb, kind,
+                             any(e == "" for _, e in ids), ids, params)
+        noun = "session" if pre_action in ("login", "logout") else _own_noun(tool, pre_action, verb, ids)
+        noun = column_name(noun)[:40]
+        if pre_action == "create" and verb in TRANSITIONS and head(noun) not in STARTABLE:
+            pre_action = "status"  # start_engine(mode): the engine's state moves; start_session(...) makes a session
+        raw.append((tool, kind, why, verb, pre_action, params, ids, noun))
+        uni.add(noun, own=True, created=pre_action == "create", listed=pre_action == "read")
         for p, e in ids:
-            if e is None:
-                continue
-            own = e in (entity, "")
+            if e:
+                uni.add(e, id_param=True)
+    canon = uni.resolve()
+
+    for tool, kind, why, verb, pre_action, params, ids, noun in raw:
+        entity = canon.get(noun, noun)
+        for p, e in ids:
+            p.ref = canon.get(e, e) if e else entity
+        own_id = any(p.ref == entity and schema_type(p.schema) != "array" for p, _ in ids)
+        action = pre_action
+        if action == "read":
+            action = "get" if own_id else "search"
+        elif action == "create" and own_id and not any(p.name.lower().startswith(("new_",)) for p, _ in ids) and \
+                verb not in ("create", "add", "insert", "register", "new", "mkdir", "touch", "upload", "save",
+                             "store", "write", "post", "publish"):
+            action = "update"  # add_to(cart_id, ...): a change to an existing record
+        for p, e in ids:
             arr = schema_type(p.schema) == "array"
-            p.ref = entity if own else e
+            own = p.ref == entity
             if own and not (action == "create" and arr):
                 p.role = "pk_list" if arr else "pk"
             else:
                 p.role = "fk_list" if arr else "fk"
             p.column = column_name(p.name)
+        names = {snake(p.name) for p in params}
         for p in params:
             if p.role not in ("column",) or p.column:
                 continue
@@ -281,22 +364,71 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
                 p.role = "query"
             elif s == "offset" and t in ("integer", "number"):
                 p.role = "offset"
-            elif s in CONTROL:
+            elif s in CONTROL or s.startswith("include_") and t == "boolean":
                 p.role = "control"
-            elif column_key(p.name) != s and t in ("integer", "number", "string") and any(
-                    s.startswith(x) or s.endswith(y) for x in ("min_", "minimum_", "start_", "from_")
-                    for y in ("_min", "_from", "_start")):
+            elif column_key(p.name) != s and t in ("integer", "number", "string") and _bound(s, names) == "min":
                 p.role = "min"
-            elif column_key(p.name) != s and t in ("integer", "number", "string") and any(
-                    s.startswith(x) or s.endswith(y) for x in ("max_", "maximum_", "end_", "to_")
-                    for y in ("_max", "_to", "_end")):
+            elif column_key(p.name) != s and t in ("integer", "number", "string") and _bound(s, names) == "max":
                 p.role = "max"
             p.column = (column_name(column_key(p.name)) if p.role in ("min", "max") else
                         "" if p.role in ("query", "control", "limit", "offset") else column_name(p.name))
+        to, frm = ("", ())
+        if action == "status":
+            to, frm = TRANSITIONS.get(verb, (f"{verb}ed" if verb else "done", ("active",)))
+        elif action == "create" and verb in TRANSITIONS:
+            to = TRANSITIONS[verb][0]
         plans.append(Plan(tool=tool, name=tool.name, kind=kind, action=action, verb=verb, entity=entity,
-                          params=params, status_to=STATUS_VERBS.get(verb, ""), kind_reason=why))
+                          params=params, status_to=to, status_from=frm, kind_reason=why))
 
-    # entities: every tool's own entity, and every entity an id points to
+    _retarget(plans)
+    entities = _entities(plans)
+    _effects(plans, entities)
+    return plans, entities
+
+
+def _main_entity(plans: list[Plan]) -> str:
+    """The entity a domain is about (the car of a vehicle API): read by some tool and named in
+    most tools' descriptions ("" when none is named in at least 40% of them)."""
+    read = {pl.entity for pl in plans if pl.kind == "read"}
+    texts = [_words(pl.tool.description) | set(snake(pl.name).split("_")) for pl in plans]
+    best, score = "", 0
+    for e in sorted(read):
+        names = {e, head(e)} | {w for g in SYNONYMS if head(e) in g for w in g}
+        n = sum(1 for t in texts if names & t)
+        if n > score:
+            best, score = e, n
+    return best if score >= 0.4 * len(plans) and score >= 2 else ""
+
+
+def _retarget(plans: list[Plan]) -> None:
+    """A state or setting with no record of its own is a field of the record it belongs to:
+    enable_roaming(line_id) moves a line's roaming_status; activate_parking_brake(mode) sets the
+    car's parking_brake_mode when the domain is about one car (module docstring, step 3)."""
+    readers = {pl.entity for pl in plans if pl.kind == "read"}
+    creators = {pl.entity for pl in plans if pl.action == "create"}
+    referenced = {p.ref for pl in plans for p in pl.params if p.role in ("pk", "pk_list", "fk", "fk_list")}
+    main = _main_entity(plans)
+    for pl in plans:
+        noun = pl.entity
+        if pl.action not in ("status", "update") or noun in readers or noun in creators or noun in referenced:
+            continue
+        owner = next((p for p in pl.params if p.role == "fk"), None)
+        if owner is not None:
+            owner.role = "pk"
+            pl.entity = owner.ref
+        elif main and main != noun and not any(p.role in ("pk", "pk_list", "fk_list") for p in pl.params):
+            pl.entity = main
+        else:
+            continue
+        if pl.action == "status":
+            pl.status_col = column_name(f"{noun}_status")
+        for p in pl.params:
+            if p.role == "column" and p.column and not p.column.startswith(noun):
+                p.column = column_name(f"{noun}_{p.column}")
+
+
+# --- entities -------------------------------------------------------------------------------------
+def _entities(plans: list[Plan]) -> dict[str, Entity]:
     entities: dict[str, Entity] = {}
 
     def ent(name: str) -> Entity:
@@ -322,29 +454,42 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
                     target.pk_type = "integer"
                     target.columns[target.pk].type = "integer"
                     target.pk_schema = sch
+    belongs: set[tuple[str, str]] = set()  # (child, parent): a tool shows the child belongs to the parent
     for pl in plans:
-        e = ent(pl.entity)
+        for p in pl.params:
+            if p.role == "fk" and p.ref != pl.entity and pl.action in ("create", "search", "get", "update",
+                                                                       "status", "delete", "extend"):
+                belongs.add((pl.entity, p.ref))
+    for pl in plans:
+        e = entities[pl.entity]
         for p in pl.params:
             if p.role in ("pk", "pk_list", "fk", "fk_list"):
-                target = ent(p.ref)
+                target = entities[p.ref]
                 if not target.pk_schema and p.role in ("pk", "fk"):
                     target.pk_schema = p.schema
                 if p.role in ("pk", "pk_list"):
                     p.column = target.pk
-        # columns of the tool's own entity
         for p in pl.params:
             if p.role in ("fk", "fk_list"):
                 target = entities[p.ref]
                 col = p.column
-                if p.role == "fk" and snake(p.name) == f"{p.ref}_id":
+                if p.role == "fk" and snake(p.name) in (f"{p.ref}_id", target.pk) or p.role == "fk" and \
+                        id_noun(p.name) and col not in e.columns and target.pk not in e.columns:
                     col = p.column = target.pk if target.pk != e.pk else p.column
                 if col not in e.columns:
+                    # a foreign key only for a "belongs to" the tools show, never back from the parent
+                    fk_ok = p.role == "fk" and target is not e and (pl.entity, p.ref) in belongs and \
+                        (p.ref, pl.entity) not in belongs
                     e.columns[col] = ColumnSpec(
                         name=col, type="json" if p.role == "fk_list" else target.columns[target.pk].type,
-                        foreign_key=f"{target.table}.{target.pk}" if p.role == "fk" and target is not e else None)
+                        foreign_key=f"{target.table}.{target.pk}" if fk_ok else None)
                     e.schemas[col] = p.schema
                     if p.role == "fk_list":
                         e.list_refs[col] = p.ref
+            elif p.role in ("column", "min", "max") and p.column in e.columns and p.column in e.schemas:
+                alt = {k: v for k, v in p.schema.items() if k != "default"}
+                if alt != e.schemas[p.column] and alt not in e.alt_schemas.get(p.column, []):
+                    e.alt_schemas.setdefault(p.column, []).append(alt)
             elif p.role in ("column", "min", "max") and p.column not in e.columns:
                 t = schema_type(p.schema)
                 e.columns[p.column] = ColumnSpec(name=p.column, type=_COLTYPE.get(t, "text"),
@@ -352,18 +497,18 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
                 e.schemas[p.column] = {k: v for k, v in p.schema.items() if k != "default"}
             if p.role in ("column", "min", "max", "fk", "fk_list"):
                 e.param_cols.add(p.column)
-        if pl.action == "status":
-            e.status_targets.add(pl.status_to)
-        if pl.action in ("get", "search") and isinstance(pl.tool.returns, dict):
+        if pl.action in ("get", "search", "create") and isinstance(pl.tool.returns, dict):
             rprops = pl.tool.returns.get("properties")
             if pl.tool.returns.get("type") == "array" and isinstance(pl.tool.returns.get("items"), dict):
                 rprops = pl.tool.returns["items"].get("properties")
             for rk, rs in (rprops or {}).items():
                 col = column_name(rk)
-                if col not in e.columns and isinstance(rs, dict) and _id_entity(rk, rs) is None:
+                if col not in e.columns and isinstance(rs, dict) and _id_ref(rk, rs) is None and \
+                        not col.startswith("f_") and len(e.columns) < 40:
                     t = schema_type(rs)
                     e.columns[col] = ColumnSpec(name=col, type=_COLTYPE.get(t, "text"))
-                    e.schemas[col] = rs
+                    e.schemas[col] = {k: v for k, v in rs.items() if k in ("type", "enum", "format", "minimum",
+                                                                           "maximum", "items", "properties")}
         if pl.action == "search" and pl.verb in ("calculate", "calc", "compute", "estimate", "convert", "predict",
                                                  "forecast", "solve", "determine", "evaluate", "measure"):
             if "result" not in e.columns:
@@ -372,19 +517,230 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
     for e in entities.values():
         if not any("name" in c for c in e.columns):
             e.columns["name"] = ColumnSpec(name="name", type="text")
-        if e.status_targets and "status" not in e.columns:
-            e.columns["status"] = ColumnSpec(name="status", type="text")
-        writes = [pl for pl in plans if pl.entity == e.name and pl.kind == "write"]
-        if any(pl.action == "create" for pl in writes) and "created_at" not in e.columns:
-            e.columns["created_at"] = ColumnSpec(name="created_at", type="text")
-        if any(pl.action in ("update", "status") for pl in writes) and "updated_at" not in e.columns:
-            e.columns["updated_at"] = ColumnSpec(name="updated_at", type="text")
-        if "status" in e.columns:
-            enum = (e.schemas.get("status") or {}).get("enum")
-            base = [v for v in enum if isinstance(v, str)] if isinstance(enum, list) and enum else []
-            if "status" in e.param_cols and base:  # a parameter constrains the values
-                e.statuses = sorted(base, key=lambda v: v in TERMINAL or v in e.status_targets)
-            else:  # actionable states first, then the ones that make tools fail (invalid state)
-                e.statuses = ["active", "pending", "active", "completed"] + sorted(
-                    (set(base) | e.status_targets) - {"active", "pending", "completed"})
-    return plans, entities
+    _states(plans, entities)
+    return entities
+
+
+def _states(plans: list[Plan], entities: dict[str, Entity]) -> None:
+    """Each entity's states (per state column): the initial one, every transition's target and
+    main source. `status` is the record's own state; other columns hold a part's state
+    (roaming_status of a line)."""
+    for e in entities.values():
+        cols = sorted({pl.status_col for pl in plans if pl.entity == e.name and pl.action == "status"} |
+                      ({"status"} if any(pl.entity == e.name and (pl.action == "create" and pl.status_to or
+                                                                   pl.action in ("extend", "refill", "logout"))
+                                         for pl in plans) else set()))
+        for col in cols:
+            moves = [pl for pl in plans if pl.entity == e.name and pl.action == "status" and pl.status_col == col]
+            creates = [pl for pl in plans if pl.entity == e.name and pl.action == "create"] if col == "status" else []
+            enum = (e.schemas.get(col) or {}).get("enum")
+            base = [v for v in enum if isinstance(v, str)] if isinstance(enum, list) and enum and \
+                col in e.param_cols else []
+            targets = {pl.status_to for pl in moves}
+            if base:
+                states = sorted(base, key=lambda v: (v in TERMINAL or v in targets, base.index(v)))
+            else:
+                initial = next((pl.status_to for pl in creates if pl.status_to), "")
+                sources = [x for pl in moves for x in pl.status_from]
+                if not initial:
+                    initial = "pending" if sources.count("pending") > sources.count("active") else "active"
+                states = [initial]
+                for pl in moves:
+                    for x in (pl.status_from[:1] + (pl.status_to,)):
+                        if x not in states:
+                            states.append(x)
+            if col == "status":
+                e.statuses = states
+                e.status_targets |= targets
+            else:
+                e.extra_states[col] = states
+            if col not in e.columns:
+                e.columns[col] = ColumnSpec(name=col, type="text")
+            for pl in moves:  # sources limited to the states this column has (never empty)
+                pl.status_from = tuple(x for x in pl.status_from if x in states) or tuple(
+                    x for x in states if x != pl.status_to and x not in TERMINAL)[:2] or (states[0],)
+
+
+def _quantity_column(name: str) -> str:
+    for col, nouns in QUANTITY_COLUMNS:
+        if name in nouns or head(name) in nouns:
+            return col
+    return "available"
+
+
+def _effects(plans: list[Plan], entities: dict[str, Entity]) -> None:
+    """What each write does beyond its own row: consume or restore a quantity, move money,
+    stamp clock fields, compute a fee or a due date."""
+    for pl in plans:
+        e = entities[pl.entity]
+        text = f"{pl.tool.description}"
+        if pl.action == "create":
+            if pl.status_to:  # start_session: a record created in the started state
+                e.statuses = e.statuses or [pl.status_to]
+                if "status" not in e.columns:
+                    e.columns["status"] = ColumnSpec(name="status", type="text")
+            if "created_at" not in e.columns:
+                e.columns["created_at"] = ColumnSpec(name="created_at", type="text")
+            if pl.verb in ("start", "launch", "begin", "check_in", "checkin"):
+                _clock(e, "started_at")
+            if pl.verb in CLOCK_VERBS:
+                _clock(e, "due_date")
+                pl.effects.append({"kind": "due", "column": "due_date", "days": 14})
+            fks = [p for p in pl.params if p.role == "fk" and p.ref in entities and p.ref != e.name]
+            if pl.verb in CONSUME_VERBS:
+                _consume(pl, e, entities, fks)
+            money = _money_param(pl.params)
+            payer = [p for p in fks if any(head(p.ref) == b or p.ref == b for b in BALANCE_NOUNS[:6])]
+            if money is not None and payer:
+                r = entities[payer[0].ref]
+                r.balance = r.balance or "balance"
+                _money_col(r, r.balance)
+                pl.effects.append({"kind": "charge", "param": payer[0].name, "ref": r.name, "column": r.balance,
+                                   "amount": money.name})
+        elif pl.action == "status":
+            if pl.status_to in ("cancelled", "returned", "refunded", "voided"):
+                for other in plans:  # give back what the record's creation consumed
+                    for eff in other.effects:
+                        if other.entity == e.name and eff["kind"] == "consume":
+                            pl.effects.append({"kind": "restore", **{k: eff[k] for k in ("ref", "column", "store",
+                                                                                          "fk")}})
+                            break
+            if pl.verb in ("stop", "end", "terminate", "finish", "complete", "check_out"):
+                _clock(e, "started_at")
+                _clock(e, "ended_at")
+                pl.effects.append({"kind": "stamp", "column": "ended_at"})
+                if FEE_WORDS.search(text):
+                    _money_col(e, "hourly_rate")
+                    _money_col(e, "fee")
+                    pl.effects.append({"kind": "fee", "column": "fee", "rate": "hourly_rate", "since": "started_at"})
+            if pl.verb == "return":
+                _clock(e, "due_date")
+                _clock(e, "returned_at")
+                pl.effects.append({"kind": "stamp", "column": "returned_at"})
+                if FEE_WORDS.search(text) or re.search(r"\b(late|overdue)\b", text, re.I):
+                    _money_col(e, "late_fee")
+                    pl.effects.append({"kind": "late_fee", "column": "late_fee", "due": "due_date", "per_day": 0.5})
+        elif pl.action == "balance":
+            target = next((p for p in pl.params if p.role in ("pk", "fk") and p.ref in entities), None)
+            r = entities[target.ref] if target is not None else e
+            if target is not None and target.ref != e.name:
+                pl.entity = r.name
+            r.balance = r.balance or "balance"
+            _money_col(r, r.balance)
+            money = _money_param(pl.params)
+            if money is not None:
+                money.role = "amount"
+            sign = -1 if (pl.verb in ("withdraw", "pay", "charge", "debit", "spend", "redeem")) else 1
+            pl.effects.append({"kind": "balance", "sign": sign, "amount": money.name if money else None,
+                               "column": r.balance, "key": target.name if target is not None else None})
+        elif pl.action == "transfer":
+            pair = [p for p in pl.params if p.role in ("fk", "pk")][:2]
+            r = entities[pair[0].ref]
+            pl.entity = r.name
+            r.balance = r.balance or "balance"
+            _money_col(r, r.balance)
+            money = _money_param(pl.params)
+            if money is not None:
+                money.role = "amount"
+            for p in pair:
+                p.role = "fk"
+            pl.effects.append({"kind": "transfer", "from": pair[0].name, "to": pair[1].name,
+                               "amount": money.name if money else None, "column": r.balance})
+        elif pl.action == "extend":
+            by = next((p for p in pl.params if TIME_PARAMS.search(snake(p.name)) and
+                       schema_type(p.schema) in ("integer", "number")), None)
+            unit = "hours" if by is not None and re.search(r"hour|hrs|minute|min", snake(by.name)) else "days"
+            col = "ends_at" if unit == "hours" else "due_date"
+            if by is not None:
+                by.role = "amount"
+            _clock(e, col)
+            if not e.statuses:
+                e.statuses = ["active", "expired"]
+                e.columns.setdefault("status", ColumnSpec(name="status", type="text"))
+            pl.status_from = tuple(s for s in e.statuses if s not in TERMINAL)[:3] or ("active",)
+            pl.effects.append({"kind": "extend", "column": col, "by": by.name if by else None, "unit": unit,
+                               "default": 14 if unit == "days" else 1,
+                               "minutes": bool(by is not None and "min" in snake(by.name))})
+            if unit == "hours" and FEE_WORDS.search(text) or "paid" in text.lower():
+                _money_col(e, "hourly_rate")
+                _money_col(e, "fee")
+                pl.effects.append({"kind": "extend_fee", "column": "fee", "rate": "hourly_rate", "by": by.name if by else None})
+        elif pl.action == "refill":
+            _int_col(e, "refills_left")
+            if not e.statuses:
+                e.statuses = ["active", "expired"]
+                e.columns.setdefault("status", ColumnSpec(name="status", type="text"))
+            pl.status_from = tuple(s for s in e.statuses if s not in TERMINAL)[:3] or ("active",)
+            pl.effects.append({"kind": "refill", "column": "refills_left"})
+        elif pl.action == "login":
+            e.statuses = e.statuses or ["active", "ended"]
+            e.columns.setdefault("status", ColumnSpec(name="status", type="text"))
+            _clock(e, "started_at")
+        elif pl.action == "logout":
+            e.statuses = e.statuses or ["active", "ended"]
+            e.columns.setdefault("status", ColumnSpec(name="status", type="text"))
+            _clock(e, "ended_at")
+        if pl.action in ("update", "status", "extend", "refill", "balance", "transfer") and \
+                "updated_at" not in entities[pl.entity].columns:
+            entities[pl.entity].columns["updated_at"] = ColumnSpec(name="updated_at", type="text")
+
+
+def _consume(pl: Plan, e: Entity, entities: dict[str, Entity], fks: list[Param]) -> None:
+    """A booking-like create takes from what it books: a seat of the showtime it names by id, or of
+    the bus whose from/to/date it names (its attributes match a row of the booked entity)."""
+    q = _quantity_param(pl.params)
+    things = [p for p in fks if p.ref not in PEOPLE and head(p.ref) not in PEOPLE]
+    counted = [p for p in things if _quantity_column(p.ref) != "available"]
+    target = (counted or things or [None])[0]
+    match: list[tuple[str, str]] = []
+    if target is not None:
+        r = entities[target.ref]
+    else:
+        booked = booked_noun(pl.tool, pl.verb)
+        cands = []
+        for r in entities.values():
+            if r is e or r.name in PEOPLE or head(r.name) in PEOPLE or head(r.name) in RECORD_NOUNS:
+                continue
+            m = [(p.name, p.column) for p in pl.params if p.role == "column" and p.column in r.columns and
+                 p.column in r.param_cols and p is not q and p.column != r.pk]
+            named = bool(booked) and (r.name == booked or head(r.name) == head(booked) or synonyms(r.name, booked))
+            if m and (named or len(m) >= 2):
+                cands.append((named, len(m), r.name, m))
+        if not cands:
+            return
+        _, _, name, match = max(cands)
+        r = entities[name]
+        pl.anchor = r.name
+        if r.pk not in e.columns:
+            e.columns[r.pk] = ColumnSpec(name=r.pk, type=r.columns[r.pk].type, foreign_key=f"{r.table}.{r.pk}")
+    r.quantity = r.quantity or _quantity_column(r.name)
+    _int_col(r, r.quantity)
+    if q is None:
+        _int_col(e, "quantity")
+    price = next((c for c in ("price", "unit_price", "ticket_price", "fare", "cost") if c in r.columns), None)
+    if price:
+        _money_col(e, "total_price")
+    pl.effects.append({"kind": "consume", "param": target.name if target is not None else None, "match": match,
+                       "ref": r.name, "column": r.quantity, "amount": q.name if q else None,
+                       "store": q.column if q else "quantity", "price": price,
+                       "fk": (target.column if target is not None else r.pk)})
+
+
+def _clock(e: Entity, col: str) -> None:
+    e.clock.add(col)
+    if col not in e.columns:
+        e.columns[col] = ColumnSpec(name=col, type="text")
+
+
+def _int_col(e: Entity, col: str) -> None:
+    if col not in e.columns:
+        e.columns[col] = ColumnSpec(name=col, type="integer")
+    elif e.columns[col].type not in ("integer", "real"):
+        e.columns[col].type = "integer"
+    e.schemas.setdefault(col, {"type": "integer", "minimum": 0})
+
+
+def _money_col(e: Entity, col: str) -> None:
+    if col not in e.columns:
+        e.columns[col] = ColumnSpec(name=col, type="real", policy="numeric")
+    e.schemas.setdefault(col, {"type": "number", "minimum": 0})

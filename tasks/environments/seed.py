@@ -1,17 +1,24 @@
 """Seed rows of a planned domain: consistent foreign keys, varied values valid against the parameter schemas.
 
 The same value generator grounds scenario arguments (tasks.scenarios.values), so seed values are
-valid arguments by construction.
+valid arguments by construction. States, counters and clock fields follow the plan: most rows in
+a state the domain's moves start from (so actions succeed) and some in others (so the errors a
+real API gives occur too); seats and stock mostly available, one sold out; clock fields around the
+episode clock (a session started hours before it, a loan due days after or overdue).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from typing import Any
 
 from agentscaler.schemas import is_valid
 from tasks.environments.plan import Entity
+from tasks.environments.verbs import TERMINAL
 from tasks.scenarios.values import gen_value
+
+MONEY_COLUMNS = {"balance": (40.0, 2000.0), "hourly_rate": (1.5, 8.0), "total_price": (5.0, 300.0)}
 
 
 def _pk_values(e: Entity, n: int, rng: random.Random) -> list[Any]:
@@ -35,7 +42,49 @@ def _pk_values(e: Entity, n: int, rng: random.Random) -> list[Any]:
     return [f"{e.prefix}{i}" for i in range(1, n + 1)]
 
 
+def _iso(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _status(states: list[str], i: int) -> str:
+    """Even rows in the first (initial) state, the others through the remaining states in turn."""
+    s = states
+    if len(s) == 1 or i % 2 == 0:
+        return s[0]
+    return s[1 + (i // 2) % (len(s) - 1)]
+
+
+def _special(e: Entity, col: str, row: dict[str, Any], i: int, now: dt.datetime, rng: random.Random) -> Any:
+    """Values of the columns the plan adds (counters, money, clock fields); None: not special."""
+    state = row.get("status")
+    done = state in TERMINAL
+    if col == e.quantity:
+        return 0 if i == 3 else rng.randint(2, 40)
+    if col in MONEY_COLUMNS:
+        lo, hi = MONEY_COLUMNS[col]
+        return round(rng.uniform(lo, hi), 2)
+    if col in ("fee", "late_fee"):
+        return round(rng.uniform(2, 30), 2) if done else 0.0
+    if col == "refills_left":
+        return 0 if i == 2 else rng.randint(1, 3)
+    if col == "started_at":
+        return _iso(now - dt.timedelta(hours=rng.randint(1, 72)))
+    if col == "ended_at":
+        return _iso(now - dt.timedelta(hours=rng.randint(0, 1), minutes=rng.randint(1, 59))) if done else None
+    if col == "ends_at":
+        return _iso(now + dt.timedelta(hours=rng.randint(1, 6)))
+    if col == "due_date":
+        return _iso(now + dt.timedelta(days=rng.randint(-5, 14)))
+    if col == "returned_at":
+        return _iso(now - dt.timedelta(days=rng.randint(1, 9))) if state == "returned" else None
+    return _NOT
+
+
+_NOT = object()
+
+
 def seed_rows(entities: dict[str, Entity], rng: random.Random, clock: str) -> dict[str, list[dict[str, Any]]]:
+    now = dt.datetime.fromisoformat(clock[:19])
     pks = {name: _pk_values(e, rng.randint(4, 8), rng) for name, e in sorted(entities.items())}
     by_table = {e.table: e for e in entities.values()}
     rows: dict[str, list[dict[str, Any]]] = {}
@@ -45,16 +94,30 @@ def seed_rows(entities: dict[str, Entity], rng: random.Random, clock: str) -> di
         used: dict[str, set[Any]] = {}  # values of this table, shared with the pool when it is done
         for i, pk in enumerate(pks[name]):
             row: dict[str, Any] = {}
+            if "status" in e.columns and e.statuses:
+                row["status"] = _status(e.statuses, i)
+            for col, states in e.extra_states.items():
+                row[col] = _status(states, i)
             for col, cs in e.columns.items():
+                if col in row:
+                    continue
                 if col == e.pk:
                     row[col] = pk
+                    continue
+                special = _special(e, col, row, i, now, rng)
+                if special is not _NOT:
+                    row[col] = special
                 elif cs.foreign_key:
                     ref = by_table[cs.foreign_key.split(".")[0]]
                     row[col] = rng.choice(pks[ref.name])
-                elif col == "status" and e.statuses:
-                    row[col] = e.statuses[i % len(e.statuses)] if i < len(e.statuses) else rng.choice(e.statuses)
                 elif col in ("created_at", "updated_at") and col not in e.schemas:
-                    row[col] = f"2024-0{rng.randint(1, 4)}-{rng.randint(10, 28)}T{rng.randint(8, 18):02d}:00:00"
+                    row[col] = _iso(now - dt.timedelta(days=rng.randint(1, 60), hours=rng.randint(0, 9)))
+                elif col in e.schemas and any(x.pk == col and x is not e for x in entities.values()) and \
+                        col not in e.list_refs:
+                    # a reference without a declared foreign key: a key of the entity it names
+                    ref = next(x for x in entities.values() if x.pk == col and x is not e)
+                    fit = [v for v in pks[ref.name] if is_valid(v, e.schemas[col])]
+                    row[col] = rng.choice(fit) if fit else gen_value(e.schemas[col], col, rng)
                 elif col in e.schemas:
                     s = e.schemas[col]
                     fk_ref = entities.get(e.list_refs.get(col, ""))
@@ -67,12 +130,27 @@ def seed_rows(entities: dict[str, Entity], rng: random.Random, clock: str) -> di
                         row[col] = v if is_valid(v, s) else gen_value(s, col, rng)
                     else:
                         row[col] = gen_value(s, col, rng)
+                    alts = e.alt_schemas.get(col) or []
+                    if alts and fk_ref is None and not all(is_valid(row[col], a) for a in alts):
+                        # another tool takes this field with another schema: a value both accept
+                        for cand in (gen_value(a, col, rng) for a in alts for _ in range(4)):
+                            if is_valid(cand, s) and all(is_valid(cand, a) for a in alts):
+                                row[col] = cand
+                                break
                     if cs.type in ("text", "integer") and isinstance(row[col], (str, int)):
                         used.setdefault(col, set()).add(row[col])
+                elif col.endswith("_id") and cs.type in ("text", "integer"):
+                    # a reference without a declared foreign key: a key of the entity it names, when known
+                    ref = next((x for x in entities.values() if x.pk == col), None)
+                    row[col] = rng.choice(pks[ref.name]) if ref is not None else gen_value({"type": "string"}, col, rng)
                 elif col == "name":
                     row[col] = gen_value({"type": "string"}, "title" if i % 2 else "name", rng)
                 elif cs.type == "real":
                     row[col] = round(rng.uniform(1, 500), 2)
+                elif cs.type == "integer":
+                    row[col] = rng.randint(1, 50)
+                elif cs.type == "boolean":
+                    row[col] = rng.random() < 0.5
                 else:
                     row[col] = gen_value({"type": "string"}, col, rng)
             out.append(row)

@@ -112,9 +112,10 @@ def _build(ws: Workspace, domain_id: str, record: dict[str, Any], tools: list[To
         if validate:
             v = validate_environment(stage, spec, seed=seed, unsafe=unsafe)
             report["validation"] = v
-            report.update({k: v[k] for k in ("executes", "tools_total", "execute_rate", "failures")})
-            if v["executes"] == 0:
-                raise SynthesisError(f"domain {domain_id}: no tool executes "
+            report.update({k: v[k] for k in ("executes", "runs", "tools_total", "execute_rate", "failures",
+                                             "quality")})
+            if v["runs"] == 0:
+                raise SynthesisError(f"domain {domain_id}: no tool runs "
                                      f"({json.dumps(v['failures'])}; e.g. {_first_error(v)})")
         spec = spec.model_copy(update={"report": report})
         final.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,12 @@
 Generated code never runs in this process: tools.py is only parsed here (`ast`, for the
 signature check) and executed through `envs.episode.Environment`, i.e. in the sandbox worker.
 For every tool: its signature matches its JSON Schema; it executes on the seed database with
-valid sampled arguments; a read never changes the state; a write changes it for some valid
-arguments. The result is a per-tool report plus domain counts (DomainSpec.report).
+grounded arguments: a read returns a non-error, non-empty result (`executes`; a search that
+finds nothing does not count), a write returns without error and changes the state; a read
+never changes the state. `runs` keeps the weaker figure (some call returned without error).
+Then the environment's quality (tasks.environments.quality: id coherence, write observability)
+is measured on the same sandboxed environment. The result is a per-tool report plus domain
+counts (DomainSpec.report).
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from agentscaler.errors import TransientError
 from agentscaler.schemas import is_valid
 from envs.episode import Environment
 from envs.spec import DomainSpec, ToolSpec
+from tasks.environments.quality import environment_quality
 from tasks.scenarios.arguments import StateView, ground_arguments, read_seed
+from tasks.scenarios.quality import is_empty
 
 REASONS = ("syntax", "missing_function", "signature", "load", "tool_error", "no_state_change", "read_mutated",
-           "invalid_arguments", "environment")
+           "invalid_arguments", "environment", "empty_result")
 
 
 # --- static checks (parse only, never execute) ----------------------------------------------------
@@ -72,13 +78,14 @@ def check_signature(fn: ast.FunctionDef, tool: ToolSpec) -> str | None:
 
 # --- the suite ------------------------------------------------------------------------------------
 def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries: int = 8, seed: int = 0,
-                         unsafe: bool = False) -> dict[str, Any]:
+                         unsafe: bool = False, quality: bool = True) -> dict[str, Any]:
     """Run the validation suite on a domain folder; returns {"tools": {name: report}, counts...}."""
     t0 = time.perf_counter()
     domain_dir = Path(domain_dir)
     spec = spec or DomainSpec.load(domain_dir)
     per: dict[str, dict[str, Any]] = {
-        t.name: {"name": t.name, "kind": t.kind, "executes": False, "changes_state": None if t.kind == "read" else False,
+        t.name: {"name": t.name, "kind": t.kind, "executes": False, "runs": False,
+                 "changes_state": None if t.kind == "read" else False,
                  "read_mutated": False, "signature_ok": False, "calls": 0, "errors": [], "reason": None}
         for t in spec.tools}
 
@@ -119,6 +126,7 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
         # no sandbox at all (missing isolation, worker did not start): the machine, not the domain
         raise TransientError(f"sandbox unavailable for {domain_dir.name}: {type(exc).__name__}: {exc}") from exc
     rng = random.Random(f"validate:{spec.id}:{seed}")
+    quality_report: dict[str, Any] = {}
     try:
         env.reset()
         seed_hash = env.state_hash()
@@ -144,7 +152,9 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                 changed = after != seed_hash
                 dirty = changed
                 if res.ok:
-                    r["executes"] = True
+                    r["runs"] = True
+                    if t.kind == "write" or not is_empty(res.content):
+                        r["executes"] = True
                 elif res.error and len(r["errors"]) < 3 and res.error[:300] not in r["errors"]:
                     r["errors"].append(res.error[:300])
                 if t.kind == "read" and changed:
@@ -155,6 +165,8 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                     break
             if r["read_mutated"]:
                 r["reason"] = "read_mutated"
+            elif r["runs"] and not r["executes"]:
+                r["reason"] = "empty_result"
             elif not r["executes"]:
                 r["reason"] = "load" if any("failed to load" in e for e in r["errors"]) else (
                     r["reason"] or "tool_error")
@@ -162,6 +174,8 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                 r["reason"] = "no_state_change"
             else:
                 r["reason"] = None
+        if quality:
+            quality_report = environment_quality(env, spec, state, seed)
     except Exception as exc:  # noqa: BLE001 - the worker died or the runtime broke: report, never crash
         for r in per.values():
             if not r["executes"] and r["reason"] is None:
@@ -172,17 +186,19 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
             env.close()
         except Exception:  # noqa: BLE001
             pass
-    return _summary(spec, per, domain_dir, t0, rows)
+    return _summary(spec, per, domain_dir, t0, rows, quality_report)
 
 
 def _summary(spec: DomainSpec, per: dict[str, dict[str, Any]], domain_dir: Path, t0: float,
-             rows: dict[str, list] | None = None) -> dict[str, Any]:
+             rows: dict[str, list] | None = None, quality: dict[str, Any] | None = None) -> dict[str, Any]:
     n = len(per)
     ex = sum(1 for r in per.values() if r["executes"])
     return {
         "tools_total": n,
         "executes": ex,
         "execute_rate": round(ex / n, 4) if n else 0.0,
+        "runs": sum(1 for r in per.values() if r["runs"]),
+        "quality": quality or {},
         "reads": sum(1 for t in spec.tools if t.kind == "read"),
         "writes": sum(1 for t in spec.tools if t.kind == "write"),
         "writes_change_state": sum(1 for r in per.values() if r["kind"] == "write" and r["changes_state"]),

@@ -5,8 +5,9 @@ Each parameter's value comes, in this order of preference, from:
      output that has one. A walk follows a dependency edge because data flows along it, so the
      agent must look the value up and the user need not know it (with the database first,
      chaining almost never happened);
-  2. the database state: the row of the table the call is about (the table whose columns match
-     most of the call's parameters; a row that agrees with the values chained so far), so that
+  2. the database state: the row of the table the call is about (the table its synthesizer names in
+     DomainSpec.report["plans"], else the table whose columns match most of the call's parameters;
+     a row that agrees with the values chained so far), so that
      one call's values belong together (an order of that user); else any column named like the
      parameter (camelCase, role prefixes, plural stems and `id` all match), a key inside a JSON
      column, or a word of a name/title column for a search-like string. For a write, a non-key
@@ -29,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from agentscaler.naming import column_key, snake, strip_role
+from agentscaler.naming import QUERY_NAMES, column_key, is_id_name, snake, strip_role
 from agentscaler.schemas import is_valid
 from envs.spec import DomainSpec, ToolSpec
 from tasks.scenarios.values import gen_value
@@ -94,6 +95,11 @@ class StateView:
         self.nested: dict[str, list[Any]] = {}  # key inside json column values -> values
         self.name_words: dict[str, list[str]] = {}  # table -> words of its name/title columns
         self._memo: dict[tuple[str, str, str], list[Any]] = {}
+        # the table a tool is about, when its synthesizer says (DomainSpec.report["plans"]): a search's
+        # filters then come from one row of the table it searches, so the search finds that row
+        plans = (spec.report or {}).get("plans") or {}
+        self.hints: dict[str, str] = {n: str(p.get("anchor") or p.get("table")) for n, p in plans.items()
+                                      if isinstance(p, dict) and (p.get("anchor") or p.get("table"))}
         for t in spec.tables:
             rows_t = self.rows.get(t.name, [])
             for c in t.columns:
@@ -150,12 +156,14 @@ class StateView:
         return sorted({w for t in (hits or list(self.name_words)) for w in self.name_words[t]})
 
     def anchor(self, tool: ToolSpec, params: list[str], required: set[str], chained: dict[str, Any],
-               rng: random.Random) -> tuple[str | None, dict[str, Any]]:
-        """(table, row): the row a call is about. The table whose columns match most parameters (a
+               rng: random.Random) -> tuple[str | None, dict[str, Any], bool]:
+        """(table, row, agreed): the row a call is about (agreed: it agrees with the chained values). The table whose columns match most parameters (a
         required one counts double, an exact name a little more; the table named in the tool's name
         breaks ties); among its rows one that agrees with the values chained so far."""
         tool_name = snake(tool.name)
         best: tuple[float, str] | None = None
+        hint = self.hints.get(tool.name)
+        scores: dict[str, float] = {}
         for table, trows in sorted(self.rows.items()):
             if not trows:
                 continue
@@ -170,16 +178,19 @@ class StateView:
             stem = table[:-1] if table.endswith("s") else table
             if score > 0 and stem and stem in tool_name:
                 score += 0.5
+            scores[table] = score
             if score > 0 and (best is None or score > best[0] or (score == best[0] and rng.random() < 0.5)):
                 best = (score, table)
+        if hint in self.rows and self.rows[hint] and (best is None or scores.get(hint, 0) > 0):
+            best = (scores.get(hint, 0.0), hint)
         if best is None:  # no column matched: the table the tool is named after
             named = [t for t, r in sorted(self.rows.items()) if r and (t[:-1] if t.endswith("s") else t) in tool_name]
             if not named:
-                return None, {}
+                return None, {}, not chained
             best = (0.0, max(named, key=len))
         trows = self.rows[best[1]]
         agree = [r for r in trows if all(_same(r.get(c), v) for c, v in _row_columns(r, chained).items())]
-        return best[1], rng.choice(agree or trows)
+        return best[1], rng.choice(agree or trows), bool(agree)
 
 
 def _row_columns(row: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
@@ -347,7 +358,13 @@ def ground_arguments(tool: ToolSpec, state: StateView, outputs: list[Any], rng: 
     sources: dict[str, str] = {}
     for name, value in _chain(outputs, chosen, subs, rng).items():  # 1. chaining
         args[name], sources[name] = value, "output"
-    table, row = state.anchor(tool, chosen, required, args, rng)  # 2. the database
+    table, row, agreed = state.anchor(tool, chosen, required, args, rng)  # 2. the database
+    if not agreed and tool.kind == "read" and any(not is_id_name(n) for n in args):
+        # chained attributes no row agrees with would make a lookup that finds nothing: keep the
+        # chained ids, take the other values from one row
+        args = {n: v for n, v in args.items() if is_id_name(n)}
+        sources = {n: "output" for n in args}
+        table, row, agreed = state.anchor(tool, chosen, required, args, rng)
     row_cols = {snake(c): c for c in row}
     if table and "id" not in row_cols:  # a bare `id` parameter names the row's own key
         row_cols["id"] = state.pks.get(table) or next((c for c in row if snake(c).endswith("_id")), "")
@@ -361,6 +378,13 @@ def ground_arguments(tool: ToolSpec, state: StateView, outputs: list[Any], rng: 
             value = _fresh(state.rows[table or ""], fresh_col, ps, name, rng)
             if value is not None:
                 args[name], sources[name] = value, "user"
+                continue
+        if tool.kind == "read" and row and name not in required and col is not None and row.get(col) is None:
+            continue  # an optional filter the row has no value for would only find nothing
+        if tool.kind == "read" and row and snake(name) in QUERY_NAMES and "string" in _types(ps):
+            words = _row_words(row, state.keys)
+            if words:
+                args[name], sources[name] = rng.choice(words), "user"  # a word of the row: the search finds it
                 continue
         from_row = coerce(row.get(col), ps) if col is not None and row.get(col) is not None else None
         from_db = [from_row] if from_row is not None and is_valid(from_row, ps) else state.grounded(tool, name, ps)
@@ -381,6 +405,16 @@ def ground_arguments(tool: ToolSpec, state: StateView, outputs: list[Any], rng: 
 
 
 _NONE = object()
+
+
+def _row_words(row: dict[str, Any], keys: set[str]) -> list[str]:
+    """Words of a row's text values (not its keys), for a search query that must find the row."""
+    out: list[str] = []
+    for c, v in row.items():
+        if c in keys or not isinstance(v, str) or v.startswith(("{", "[")):
+            continue
+        out.extend(w for w in re.findall(r"[A-Za-z]{3,}", v) if w not in out)
+    return sorted(out)
 
 
 def _from_schema(schema: dict[str, Any], name: str, rng: random.Random) -> Any:

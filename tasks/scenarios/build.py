@@ -2,11 +2,14 @@
 
 Per domain (paper, step 5): sample a tool sequence by a directed random walk along the
 dependency edges (DomainSpec.edges) from a random start tool until a target length or a tool
-with no outgoing edge; give every call grounded arguments; run the sequence in a fresh
+with no outgoing edge (the mix: `single_share` one-call scenarios, the rest walk data-flow edges
+first, so later calls use what earlier ones found or created); give every call grounded arguments; run the sequence in a fresh
 episode of the sandboxed environment; keep the gold calls, their outputs, the gold final-state
 hash and the field diff from the seed. Walks whose calls fail, whose writes change nothing, or
 that repeat an existing scenario are dropped and counted by reason. Every kept scenario is
-replayed once more and kept only if it reaches the same hash and outputs (determinism).
+replayed once more and kept only if it reaches the same hash and outputs (determinism). The
+report carries the scenarios' quality (tasks.scenarios.quality: kinds, chain share, non-empty
+gold reads).
 
 Arguments come from tasks.scenarios.arguments (the one sampler: earlier outputs of the walk,
 then the database state, then the schema; values checked against each tool's JSON Schema).
@@ -36,12 +39,13 @@ from tasks.scenarios.arguments import StateView
 from tasks.scenarios.config import ScenarioParams
 from tasks.scenarios.execute import Dropped, GoldEpisode, calls_key, execute_walk, replay, scenario_id
 from tasks.scenarios.intents import IntentWriter, write_intent
-from tasks.scenarios.walks import adjacency, plan_walk
+from tasks.scenarios.quality import scenario_quality
+from tasks.scenarios.walks import adjacency, dataflow, plan_walk
 
 STAGE = "scenarios"
 META_FILE = "scenarios.meta.json"  # sidecar: params + environment hash of the finished file (written last)
 DROP_REASONS = ("call_failed", "noop_write", "read_changed_state", "duplicate", "nondeterministic",
-                "invalid_arguments", "intent_missing_fact", "empty_walk")
+                "invalid_arguments", "intent_missing_fact", "empty_walk", "unchained")
 
 
 # --- split ----------------------------------------------------------------------------------
@@ -89,8 +93,12 @@ def generate(env: Any, spec: DomainSpec, domain_dir: Path, domain_id: str, param
     adj = adjacency(spec)
     kinds = Counter(t.kind for t in spec.tools)
     split = domain_split(domain_id, params.heldout_fraction, params.tau2_heldout, spec)
-    weights = params.length_weights or [1.0] * params.max_length
-    weights = (list(weights) + [0.0] * params.max_length)[: params.max_length]
+    multi = list(range(2, params.max_length + 1))
+    weights = list(params.length_weights or [1.0] * len(multi))
+    weights = (weights + [0.0] * len(multi))[: len(multi)]
+    if multi and not any(weights):
+        weights = [1.0] * len(multi)
+    flow = dataflow(spec)
     want_reads = round(params.per_domain * params.read_share) if kinds["write"] else params.per_domain
     if not kinds["read"]:
         want_reads = 0
@@ -113,8 +121,8 @@ def generate(env: Any, spec: DomainSpec, domain_dir: Path, domain_id: str, param
             want_write = False
         else:
             want_write = rng.random() >= params.read_share
-        target = rng.choices(range(1, params.max_length + 1), weights=weights)[0]
-        names = plan_walk(spec, adj, rng, target, want_write)
+        target = 1 if not multi or rng.random() < params.single_share else rng.choices(multi, weights=weights)[0]
+        names = plan_walk(spec, adj, rng, target, want_write, flow=flow)
         if not names:
             dropped["empty_walk"] += 1
             continue
@@ -156,6 +164,7 @@ def generate(env: Any, spec: DomainSpec, domain_dir: Path, domain_id: str, param
         "dropped": dict(sorted(dropped.items())), "counters": dict(sorted(counters.items())),
         "read_only": sum(s.read_only for s in kept), "write": sum(not s.read_only for s in kept),
         "lengths": dict(sorted(Counter(len(s.gold_calls) for s in kept).items())),
+        "quality": scenario_quality(kept),
     }
     return kept, report
 

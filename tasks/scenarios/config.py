@@ -16,7 +16,10 @@ class ScenarioParams(BaseModel):
     max_length: int = Field(4, ge=1, le=32)
     seed: int = 0
     read_share: float = Field(0.4, ge=0.0, le=1.0)  # target share of read-only scenarios
-    length_weights: list[float] | None = None  # weights of target lengths 1..max_length (default uniform)
+    # the mix: this share of one-call scenarios; the others walk data-flow edges (chained reads for
+    # read-only scenarios, create-then-change for write scenarios) with lengths 2..max_length
+    single_share: float = Field(0.3, ge=0.0, le=1.0)
+    length_weights: list[float] | None = None  # weights of multi-call target lengths 2..max_length (default uniform)
     optional_prob: float = Field(0.3, ge=0.0, le=1.0)  # chance to fill an optional parameter
     attempts_factor: int = Field(10, ge=1)  # at most per_domain * attempts_factor walks
     arg_retries: int = Field(3, ge=1)  # fresh arguments for a failing call before the walk is dropped

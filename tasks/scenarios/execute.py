@@ -49,6 +49,11 @@ def _episode(env: Any) -> GoldEpisode:
     return env if isinstance(env, GoldEpisode) else GoldEpisode(env)
 
 
+def _chained(args: dict[str, Any], sources: dict[str, str], given: set[str]) -> bool:
+    """Whether a call takes some value from an earlier output that the user has not given."""
+    return any(sources.get(a) == "output" and json.dumps(v, sort_keys=True) not in given for a, v in args.items())
+
+
 def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView, rng: random.Random,
                  params: ScenarioParams, seed_hash: str, seen_calls: set[str] | None = None
                  ) -> tuple[list[dict[str, Any]], str, Counter]:
@@ -59,7 +64,10 @@ def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView,
     no write in between is resampled (it would tell the agent nothing new). The final hash is
     the hash after the last write (the seed's for a read-only walk); `replay` re-measures it.
     `seen_calls` holds the call keys (`calls_key`) of kept scenarios: the last call's arguments
-    are resampled rather than run when they would complete a duplicate.
+    are resampled rather than run when they would complete a duplicate. In a multi-call walk every
+    later call must use something an earlier call returned that the user did not give (a found or
+    created id): arguments that do not are resampled, and a walk that cannot chain is dropped
+    ("unchained": two unrelated calls in a row teach little).
     """
     ep = _episode(env)
     env = ep.env
@@ -70,12 +78,16 @@ def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView,
     cur_hash = seed_hash
     counts: Counter = Counter()
     since_write: set[str] = set()
+    given: set[str] = set()  # the user's values so far (JSON)
     for i, name in enumerate(names):
         tool = tools[name]
         last = i == len(names) - 1
-        ok, last_error, tried, dup = False, "", 0, 0
-        for _ in range(params.arg_retries):
+        ok, last_error, tried, dup, unchained = False, "", 0, 0, 0
+        for _ in range(params.arg_retries + (2 if i else 0)):
             args, sources = ground_arguments(tool, state, outputs, rng, params.optional_prob)
+            if i and not _chained(args, sources, given):
+                unchained += 1
+                continue
             errs = errors(args, tool.parameters or {"type": "object"})
             if errs:
                 counts["invalid_arguments"] += 1
@@ -95,6 +107,8 @@ def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView,
             counts["call_retried"] += 1
             last_error = error or "tool error"
         if not ok:
+            if not tried and unchained:
+                raise Dropped("unchained", name)
             if not tried and dup:
                 raise Dropped("duplicate", name)
             if not tried and counts["invalid_arguments"]:
@@ -110,6 +124,7 @@ def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView,
         else:
             since_write.add(key)
         counts["chained_args"] += sum(v == "output" for v in sources.values())
+        given |= {json.dumps(v, sort_keys=True) for a, v in args.items() if sources.get(a, "user") == "user"}
         calls.append({"name": name, "arguments": args, "output": content, "kind": tool.kind, "sources": sources})
         outputs.append(content)
     return calls, cur_hash, counts

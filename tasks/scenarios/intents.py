@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from agentscaler.naming import plural, singular, snake
 from envs.spec import DomainSpec
 
 if TYPE_CHECKING:  # the LLM client is optional: only its type is needed here
@@ -34,16 +35,81 @@ def fact_text(value: Any) -> str:
 
 
 def _label(arg: str) -> str:
-    return arg.replace("_", " ").strip()
+    """A parameter name as words: showDate -> show date, user_id -> user id."""
+    return snake(arg).replace("_", " ").strip() or arg
+
+
+_IDENTIFIER = re.compile(r"\b[A-Za-z]+_[A-Za-z0-9_]+\b|\b[a-z]+[A-Z][A-Za-z]*\b|\b[0-9a-f]{6}\b|`")
+# words that ask for a change: a read-only request never contains them outside "change nothing"
+_CHANGE = re.compile(r"\b(cancel|delete|remove|book|buy|purchase|create|add|update|modify|edit|end|stop|start|extend|"
+                     r"renew|transfer|pay|order|reserve|register|send|post|set|change|close|open|approve|reject|"
+                     r"return|refill|refund|withdraw|deposit|enroll|borrow|rent|schedule|reschedule|upload|"
+                     r"archive|lock|unlock|enable|disable|activate|deactivate|suspend|resume|freeze|unfreeze|"
+                     r"log in|log out|login|logout|sign)\b", re.I)
+_NO_CHANGE = re.compile(r"(please )?(don't|do not) change anything|change nothing|without changing anything", re.I)
+
+
+def plain(text: str, values: Any = ()) -> bool:
+    """Plain English for a user: no snake_case or camelCase identifiers, tags or code marks (the
+    user's own values, such as an order id `ord_3`, aside)."""
+    for v in sorted((fact_text(x) for x in values), key=len, reverse=True):
+        if v:
+            text = text.replace(v, " ")
+    return not _IDENTIFIER.search(text)
+
+
+def asks_for_change(text: str) -> bool:
+    """Whether a request asks for a change (the words that promise none aside)."""
+    return bool(_CHANGE.search(_NO_CHANGE.sub(" ", text)))
 
 
 def _clause(description: str, name: str) -> str:
     """A tool description as an imperative clause: 'Get a user's profile by user id.' -> 'get a user's profile by user id'."""
-    text = (description or "").strip().split("\n")[0].strip()
+    text = re.sub(r"^.*?Tool description:\s*", "", (description or "").strip(), flags=re.S)
+    text = text.split("\n")[0].strip()
+    text = re.split(r"(?<=[a-z0-9)])\.\s", text, maxsplit=1)[0]
     if not text:
         text = _label(name)
     text = re.sub(r"[.\s]+$", "", text)
+    if len(text) > 140:
+        text = text[:140].rsplit(" ", 1)[0]
     return text[:1].lower() + text[1:]
+
+
+def _thing(spec: DomainSpec, name: str) -> str:
+    """The noun a call is about, as words (the synthesizer's entity, else the first table's)."""
+    plan = ((spec.report or {}).get("plans") or {}).get(name) or {}
+    noun = str(plan.get("entity") or "")
+    if not noun and spec.tables:
+        noun = singular(spec.tables[0].name)
+    return noun.replace("_", " ") or "record"
+
+
+def topic(spec: DomainSpec, calls: list[dict[str, Any]]) -> str:
+    """What the request is about, in words ("bookings", "parking sessions")."""
+    nouns = list(dict.fromkeys(_thing(spec, c["name"]) for c in calls))
+    return " and ".join(plural(n.split(" ")[-1]) if len(n.split(" ")) == 1 else
+                        " ".join(n.split(" ")[:-1] + [plural(n.split(" ")[-1])]) for n in nouns[:2])
+
+
+def _step(spec: DomainSpec, call: dict[str, Any]) -> str:
+    """One call as a request clause: the API's own words when they are plain (and, for a read,
+    ask for no change), else the action and its noun."""
+    try:
+        tool = spec.tool(call["name"])
+        desc = tool.description
+    except KeyError:
+        desc = ""
+    clause = _clause(desc, call["name"])
+    thing = _thing(spec, call["name"])
+    read = call.get("kind") == "read"
+    if plain(clause) and not (read and asks_for_change(clause)) and call["name"].lower() not in clause.lower():
+        return clause
+    if read:
+        return f"look up the {thing}"
+    plan = ((spec.report or {}).get("plans") or {}).get(call["name"]) or {}
+    verb = str(plan.get("verb") or "update")
+    return f"{verb.replace('_', ' ')} the {thing}"
 
 
 def collect_user_facts(calls: list[dict[str, Any]]) -> dict[str, Any]:
@@ -67,14 +133,13 @@ def collect_user_facts(calls: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def template_intent(spec: DomainSpec, calls: list[dict[str, Any]], user_facts: dict[str, Any]) -> str:
-    """One sentence per call, in order, with the user's values inline and lookups left to the agent."""
+    """One sentence per call, in order, with the user's values inline and lookups left to the agent.
+
+    Plain English from the domain's nouns and the API's own words: no tool names, slugs or tags;
+    a read-only request says it wants no change and asks for none."""
     steps: list[str] = []
     for call in calls:
-        try:
-            desc = spec.tool(call["name"]).description
-        except KeyError:
-            desc = ""
-        clause = _clause(desc, call["name"])
+        clause = _step(spec, call)
         given = [f"{_label(a)} {fact_text(v)}" for a, v in call["arguments"].items()
                  if call.get("sources", {}).get(a, "user") == "user"]
         looked_up = [_label(a) for a in call["arguments"] if call.get("sources", {}).get(a) == "output"]
@@ -85,8 +150,8 @@ def template_intent(spec: DomainSpec, calls: list[dict[str, Any]], user_facts: d
             extra.append("using the " + ", ".join(looked_up) + " found in the previous steps")
         steps.append(clause + (" (" + "; ".join(extra) + ")" if extra else ""))
     writes = any(c.get("kind") == "write" for c in calls)
-    where = f" with {spec.name}" if spec.name else ""
-    head = f"I need help{where}. " + ("Please make a change for me. " if writes else "I only want information; please change nothing. ")
+    head = f"Hi, I need help with {topic(spec, calls)}. " + (
+        "I'd like to make a change. " if writes else "I only want information; please don't change anything. ")
     if len(steps) == 1:
         body = f"I want to {steps[0]}."
     else:
@@ -126,8 +191,11 @@ def write_intent(spec: DomainSpec, calls: list[dict[str, Any]],
             text = writer(spec, calls, facts)
         except Exception:  # noqa: BLE001 - a failing model falls back to the template, never drops the scenario
             text = ""
-        # An LLM's text must mention the user's values itself: checked against the text alone.
-        if text and not check_intent(text, {}, calls):
+        # An LLM's text must mention the user's values itself (checked against the text alone), be
+        # plain English, and ask for no change when the scenario only reads.
+        read_only = all(c.get("kind") == "read" for c in calls)
+        if text and not check_intent(text, {}, calls) and plain(text, facts.values()) and \
+                not (read_only and asks_for_change(text)):
             return text, facts, []
     text = template_intent(spec, calls, facts)
     return text, facts, check_intent(text, facts, calls)
@@ -138,13 +206,17 @@ def llm_intent_writer(client: "LLMClient", max_tokens: int = 200) -> IntentWrite
 
     def write(spec: DomainSpec, calls: list[dict[str, Any]], facts: dict[str, Any]) -> str:
         steps = "\n".join(
-            f"- {c['name']}: {_clause(spec.tool(c['name']).description, c['name'])}"
+            f"- {_step(spec, c)}"
             + "".join(f"; {a}={fact_text(v)}" for a, v in c["arguments"].items() if c.get("sources", {}).get(a, "user") == "user")
             for c in calls)
+        read_only = all(c.get("kind") == "read" for c in calls)
         messages = [
-            {"role": "system", "content": "You write the request a customer makes to a support agent. "
-                                          "First person, two or three sentences, no tool names. Mention every given value exactly."},
-            {"role": "user", "content": f"Service: {spec.name}. {spec.description}\nSteps the agent will take:\n{steps}\n"
+            {"role": "system", "content": "You write the request a customer makes to a support agent. First person, "
+                                          "two or three sentences of plain English: no tool or function names, no "
+                                          "identifiers with underscores. Mention every given value exactly."
+                                          + (" The customer only wants information: ask for no change." if read_only
+                                             else "")},
+            {"role": "user", "content": f"Service: {topic(spec, calls)}.\nSteps the agent will take:\n{steps}\n"
                                         f"Values the customer knows: {json.dumps(facts, ensure_ascii=False)}\nWrite the request."},
         ]
         reply = client.chat_sync(messages, temperature=0.0, max_tokens=max_tokens, stage="intent")

@@ -1,0 +1,326 @@
+"""Environment and scenario quality (issue 18): do the environments behave like the APIs they come from?
+
+    .venv/bin/python benchmarks/bench_env_quality.py --real                   # BFCL + tau2 + NESTFUL, built here
+    .venv/bin/python benchmarks/bench_env_quality.py --synthetic 3000         # ToolBench-format corpus, built here
+    .venv/bin/python benchmarks/bench_env_quality.py --workspace WS           # an already built workspace
+    .venv/bin/python benchmarks/bench_env_quality.py --labelled-only          # read/write classification only
+
+Per domain and overall, with the distribution and the worst 10 domains by each metric (with why):
+- id coherence (tasks.environments.quality): id parameters that resolve to a seed row or a created id;
+- write observability (same module): write tools whose effect some read shows;
+- execution (tasks.environments.validate): tools whose grounded call returns a non-error, non-empty result;
+- chain share (tasks.scenarios.quality): multi-call scenarios where a later call uses an entity an
+  earlier call returned, created or changed; the mix of scenario kinds;
+- non-empty gold reads (same module): gold read calls whose output is not empty;
+- gold replays verified: each scenario's gold calls replayed as a trajectory (tasks.rollouts.gold)
+  and judged by the verifier (tasks.verify.verify_trajectory);
+- read/write classification (tasks.environments.verbs.classify, corpus kinds hidden) on
+  tests/data/labelled_kinds.json (352 real tools labelled by hand).
+Building (--real/--synthetic) runs the stage functions (synthesize_all, build_all) in this
+process and times them; the machine's load average is recorded beside every figure. Results go to
+benchmarks/results/env_quality.md (and .json beside it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agentscaler.artifacts import load_scenarios  # noqa: E402
+from agentscaler.models import Tool  # noqa: E402
+from agentscaler.workspace import Workspace  # noqa: E402
+from envs.episode import Environment  # noqa: E402
+from envs.spec import DomainSpec  # noqa: E402
+from tasks.environments.quality import environment_quality  # noqa: E402
+from tasks.environments.verbs import classify  # noqa: E402
+from tasks.rollouts.gold import gold_trajectory  # noqa: E402
+from tasks.scenarios.arguments import StateView  # noqa: E402
+from tasks.scenarios.quality import is_empty, scenario_quality  # noqa: E402
+from tasks.verify.verify import DomainTools, verify_trajectory  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+LABELLED = ROOT / "tests" / "data" / "labelled_kinds.json"
+METRICS = [("id_coherence", "id coherence", 0.95), ("write_observability", "write observability", 0.95),
+           ("execute_rate", "execution (grounded call, non-empty)", None), ("chain_share", "chain share", 0.40),
+           ("nonempty_read_share", "non-empty gold reads", 0.90), ("replay_verified", "gold replays verified", 1.0)]
+
+
+def load() -> str:
+    return "load " + " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+# --- classification ----------------------------------------------------------------------------------
+def labelled() -> dict[str, Any]:
+    rows = json.loads(LABELLED.read_text())
+    errors, by_reason = [], Counter()
+    for r in rows:
+        t = Tool.model_validate({**r["tool"], "kind": None})  # the corpus kind is hidden: rules only
+        kind, why = classify(t)
+        by_reason[why] += 1
+        if kind != r["label"]:
+            errors.append({"tool": t.name, "label": r["label"], "got": kind, "reason": why,
+                           "ambiguous": r["ambiguous"], "note": r["note"]})
+    n = len(rows)
+    return {"tools": n, "writes": sum(r["label"] == "write" for r in rows),
+            "ambiguous": sum(r["ambiguous"] for r in rows), "correct": n - len(errors),
+            "accuracy": round((n - len(errors)) / n, 4), "errors": errors, "by_reason": dict(by_reason)}
+
+
+# --- building --------------------------------------------------------------------------------------
+def build(ws: Workspace, sources: list[str], per_domain: int, unsafe: bool) -> dict[str, Any]:
+    """ingest -> discover -> synthesize -> scenarios with the stage functions, each timed."""
+    from tasks.corpus.ingest import ingest
+    from tasks.discover.discover import discover
+    from tasks.environments.synthesize import synthesize_all
+    from tasks.scenarios.build import build_all
+
+    out: dict[str, Any] = {"load_before": load()}
+    t = time.perf_counter()
+    rep = ingest(ws, sources)
+    out["ingest_s"], out["tools"] = round(time.perf_counter() - t, 1), rep["accepted"]
+    t = time.perf_counter()
+    disc = discover(ws, draw=False)
+    out["discover_s"], out["domains"] = round(time.perf_counter() - t, 1), disc.get("n_domains")
+    t = time.perf_counter()
+    syn = synthesize_all(ws, unsafe=unsafe)
+    out["synthesize_s"] = round(time.perf_counter() - t, 1)
+    out["synthesized"], out["synthesis_failed"] = syn["counts"]["done"], syn["counts"]["failed"]
+    out["synthesis_errors"] = [d for d in syn["domains"] if d.get("status") == "failed"][:10]
+    t = time.perf_counter()
+    sc = build_all(ws, per_domain=per_domain, unsafe=unsafe)
+    out["scenarios_s"] = round(time.perf_counter() - t, 1)
+    out["scenarios"], out["scenario_domains_failed"] = sc["scenarios"], len(sc["failed"])
+    out["build_s"] = round(out["synthesize_s"] + out["scenarios_s"], 1)
+    out["load_after"] = load()
+    return out
+
+
+def tau2_verticals(ws: Workspace) -> list[str]:
+    """The imported tau2 verticals (airline, retail) added to the workspace, with tau2's tasks."""
+    from flows.pipeline import add_tau2_verticals
+
+    add_tau2_verticals(ws)
+    return [d for d in ws.domain_ids() if d.startswith("tau2")]
+
+
+# --- one domain --------------------------------------------------------------------------------------
+def measure_domain(ws: Workspace, did: str, unsafe: bool) -> dict[str, Any]:
+    d = ws.domain_dir(did)
+    spec = DomainSpec.load(d)
+    scen = load_scenarios(ws, did)
+    row: dict[str, Any] = {"domain": did, "name": spec.name, "synthesizer": spec.synthesizer, "tools": len(spec.tools),
+                           "tables": [t.name for t in spec.tables]}
+    v = spec.report.get("validation") or {}
+    if v:
+        per = v.get("tools") or {}
+        row["execute_rate"] = v.get("execute_rate")
+        row["not_executing"] = {k: (r.get("reason") or "empty result") for k, r in per.items()
+                                if not r.get("executes")}
+    env = Environment.open(d, unsafe=unsafe)
+    try:
+        state = StateView(spec, d / spec.seed_path)
+        t0 = time.perf_counter()
+        row.update(environment_quality(env, spec, state))
+        row["quality_s"] = round(time.perf_counter() - t0, 3)
+        sq = scenario_quality(scen)
+        row.update(sq)
+        empty = Counter(c.name for s in scen for c in s.gold_calls if c.kind == "read" and is_empty(c.output))
+        row["empty_read_tools"] = dict(empty.most_common(3))
+        # gold replay -> verifier
+        tools = DomainTools(spec)
+        schemas = [t.openai_schema() for t in spec.tools]
+        passed, reasons = 0, Counter()
+        for s in scen:
+            traj = gold_trajectory(s, env, schemas, "system", "bench-quality")
+            verdict = verify_trajectory(traj, s, tools)
+            passed += verdict.passed
+            reasons.update(verdict.reasons)
+        row["replays"] = len(scen)
+        row["replays_verified"] = passed
+        row["replay_verified"] = round(passed / len(scen), 4) if scen else None
+        row["replay_failures"] = dict(reasons)
+    finally:
+        env.close()
+    return row
+
+
+def why(row: dict[str, Any], metric: str) -> str:
+    if metric == "id_coherence":
+        return ", ".join(row.get("unresolved_ids", [])[:3])
+    if metric == "write_observability":
+        return "; ".join(f"{k}: {v}" for k, v in list(row.get("unobserved", {}).items())[:2])
+    if metric == "execute_rate":
+        return "; ".join(f"{k}: {v}" for k, v in list(row.get("not_executing", {}).items())[:3])
+    if metric == "chain_share":
+        return f"kinds {row.get('kinds')}"
+    if metric == "nonempty_read_share":
+        return f"empty reads by tool {row.get('empty_read_tools')}"
+    if metric == "replay_verified":
+        return f"reasons {row.get('replay_failures')}"
+    return ""
+
+
+# --- report ----------------------------------------------------------------------------------------
+def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def ratio(num: str, den: str) -> float | None:
+        d = sum(r.get(den) or 0 for r in rows)
+        return round(sum(r.get(num) or 0 for r in rows) / d, 4) if d else None
+
+    kinds = Counter()
+    for r in rows:
+        kinds.update(r.get("kinds") or {})
+    ex_num = sum((r.get("execute_rate") or 0) * r["tools"] for r in rows if r.get("execute_rate") is not None)
+    ex_den = sum(r["tools"] for r in rows if r.get("execute_rate") is not None)
+    return {"domains": len(rows), "tools": sum(r["tools"] for r in rows),
+            "id_coherence": ratio("id_resolved", "id_params"), "id_params": sum(r.get("id_params", 0) for r in rows),
+            "write_observability": ratio("writes_observed", "writes"), "writes": sum(r.get("writes", 0) for r in rows),
+            "execute_rate": round(ex_num / ex_den, 4) if ex_den else None,
+            "chain_share": ratio("chained", "multi_call"), "multi_call": sum(r.get("multi_call", 0) for r in rows),
+            "nonempty_read_share": ratio("gold_reads_nonempty", "gold_reads"),
+            "gold_reads": sum(r.get("gold_reads", 0) for r in rows),
+            "scenarios_all_reads_empty": sum(r.get("scenarios_all_reads_empty", 0) for r in rows),
+            "replay_verified": ratio("replays_verified", "replays"), "replays": sum(r.get("replays", 0) for r in rows),
+            "scenarios": sum(r.get("scenarios", 0) for r in rows), "kinds": dict(kinds)}
+
+
+def dist(rows: list[dict[str, Any]], metric: str) -> str:
+    xs = sorted(r[metric] for r in rows if r.get(metric) is not None)
+    if not xs:
+        return "-"
+    q = lambda p: xs[min(len(xs) - 1, int(p * len(xs)))]  # noqa: E731
+    return (f"min {xs[0]:.2f} · p10 {q(0.1):.2f} · p25 {q(0.25):.2f} · median {statistics.median(xs):.2f} · "
+            f"mean {statistics.mean(xs):.2f} · at 1.0: {sum(x >= 0.9999 for x in xs)}/{len(xs)}")
+
+
+def pct(x: Any) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def markdown(res: dict[str, Any]) -> str:
+    out = ["# Environment and scenario quality (issue 18)", "",
+           f"`benchmarks/bench_env_quality.py`, {res['when']}, {res['machine']}.", ""]
+    lab = res.get("labelled")
+    if lab:
+        out += ["## Read/write classification on the labelled set", "",
+                f"{lab['correct']} / {lab['tools']} correct (**{pct(lab['accuracy'])}**; aim >= 98%): "
+                f"{lab['writes']} writes, {lab['ambiguous']} marked ambiguous by the labeller; by reason "
+                f"{lab['by_reason']}. Errors:", ""]
+        out += [f"- `{e['tool']}`: labelled {e['label']}, classified {e['got']} ({e['reason']})"
+                + (f"; ambiguous: {e['note']}" if e["ambiguous"] else "") for e in lab["errors"]] or ["- none"]
+        out.append("")
+    for name, part in res.get("corpora", {}).items():
+        rows = part["domains"]
+        groups = {"synthesized": [r for r in rows if r["synthesizer"] != "tau2"],
+                  "imported (tau2 verticals)": [r for r in rows if r["synthesizer"] == "tau2"]}
+        out += [f"## {name}", ""]
+        if part.get("build"):
+            b = part["build"]
+            out += [f"Build: {b.get('tools')} tools -> {b.get('domains')} domains; ingest {b.get('ingest_s')} s, "
+                    f"discover {b.get('discover_s')} s, synthesize {b.get('synthesize_s')} s, scenarios "
+                    f"{b.get('scenarios_s')} s (build {b.get('build_s')} s); {b.get('synthesis_failed')} domains "
+                    f"failed synthesis; {b.get('load_before')} before, {b.get('load_after')} after.", ""]
+        out += ["| group | domains | tools | id coherence | write observability | execution | chain share | "
+                "non-empty gold reads | gold replays verified | scenarios | kinds |", "|" + "---|" * 11]
+        for g, rs in groups.items():
+            if not rs:
+                continue
+            p = pooled(rs)
+            out.append(f"| {g} | {p['domains']} | {p['tools']} | {pct(p['id_coherence'])} ({p['id_params']} ids) | "
+                       f"{pct(p['write_observability'])} ({p['writes']} writes) | {pct(p['execute_rate'])} | "
+                       f"{pct(p['chain_share'])} ({p['multi_call']} multi-call) | {pct(p['nonempty_read_share'])} "
+                       f"({p['gold_reads']} reads; {p['scenarios_all_reads_empty']} scenarios all empty) | "
+                       f"{pct(p['replay_verified'])} ({p['replays']}) | {p['scenarios']} | {p['kinds']} |")
+        syn = groups["synthesized"]
+        out += ["", "Distribution over the synthesized domains (per-domain values):", ""]
+        for key, label, aim in METRICS:
+            out.append(f"- {label}{' (aim ' + pct(aim) + ')' if aim else ''}: {dist(syn, key)}")
+        for key, label, _ in METRICS:
+            ranked = sorted([r for r in syn if r.get(key) is not None], key=lambda r: (r[key], r["domain"]))[:10]
+            if not ranked or ranked[0][key] >= 0.9999:
+                continue
+            out += ["", f"### Worst 10 by {label}", "", "| domain | name | value | why |", "|---|---|---|---|"]
+            out += [f"| {r['domain']} | {r['name']} | {pct(r[key])} | {why(r, key).replace('|', '/')[:300]} |"
+                    for r in ranked if r[key] < 0.9999]
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def measure_workspace(ws: Workspace, unsafe: bool, limit: int | None = None) -> list[dict[str, Any]]:
+    rows = []
+    ids = ws.domain_ids()[:limit] if limit else ws.domain_ids()
+    for i, did in enumerate(ids):
+        try:
+            rows.append(measure_domain(ws, did, unsafe))
+        except Exception as exc:  # noqa: BLE001 - a domain that cannot be measured is reported, not fatal
+            rows.append({"domain": did, "name": "?", "synthesizer": "?", "tools": 0,
+                         "error": f"{type(exc).__name__}: {exc}"[:300]})
+        if (i + 1) % 25 == 0:
+            print(f"  measured {i + 1}/{len(ids)} domains ({load()})", file=sys.stderr)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--real", action="store_true", help="build BFCL + tau2 + NESTFUL in a fresh workspace")
+    ap.add_argument("--synthetic", type=int, default=0, help="build a synthetic ToolBench corpus of N tools")
+    ap.add_argument("--workspace", type=Path, action="append", default=[], help="measure a built workspace")
+    ap.add_argument("--labelled-only", action="store_true")
+    ap.add_argument("--per-domain", type=int, default=20)
+    ap.add_argument("--limit", type=int, default=None, help="measure at most N domains per workspace")
+    ap.add_argument("--keep", type=Path, default=None, help="build under this folder and keep it")
+    ap.add_argument("--out", type=Path, default=RESULTS / "env_quality.md")
+    args = ap.parse_args()
+    unsafe = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
+    res: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.cpu_count()} cores, {load()}",
+                           "labelled": labelled(), "corpora": {}}
+    print(f"classification: {res['labelled']['correct']}/{res['labelled']['tools']}", file=sys.stderr)
+    if not args.labelled_only:
+        base = args.keep or Path(tempfile.mkdtemp(prefix="bench_quality_"))
+        todo: list[tuple[str, Workspace, list[str] | None]] = []
+        if args.real:
+            from agentscaler.corpora import fetch
+
+            for n in ("bfcl", "tau2", "nestful"):
+                fetch(n)
+            todo.append(("real corpora: BFCL + tau2 + NESTFUL", Workspace(base / "real"), ["bfcl", "tau2", "nestful"]))
+        if args.synthetic:
+            from benchmarks.bench_ingest import synth_toolbench
+
+            folder = base / "toolbench"
+            synth_toolbench(folder, args.synthetic)
+            todo.append((f"synthetic ToolBench corpus, {args.synthetic} tools", Workspace(base / "synthetic"),
+                         [str(folder)]))
+        for w in args.workspace:
+            todo.append((f"workspace {w}", Workspace(w), None))
+        for name, ws, sources in todo:
+            part: dict[str, Any] = {}
+            if sources is not None:
+                print(f"building {name} ({load()})", file=sys.stderr)
+                part["build"] = build(ws, sources, args.per_domain, unsafe)
+                if args.real and "real" in name:
+                    tau2_verticals(ws)
+            print(f"measuring {name} ({load()})", file=sys.stderr)
+            t = time.perf_counter()
+            part["domains"] = measure_workspace(ws, unsafe, args.limit)
+            part["measure_s"] = round(time.perf_counter() - t, 1)
+            part["load_after"] = load()
+            res["corpora"][name] = part
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(markdown(res))
+    args.out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
+    print(args.out.read_text())
+
+
+if __name__ == "__main__":
+    main()

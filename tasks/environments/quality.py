@@ -1,0 +1,181 @@
+"""Whether an environment hangs together: ids that resolve, and writes that some read shows.
+
+Measured on the built environment (spec, seed, tool code in the sandbox), whatever synthesized it:
+- id coherence: the share of id parameters (`user_id`, `vecId`, `id`) whose grounded value names a
+  row the seed holds, or an id some write of the domain creates (seen in its output);
+- write observability: the share of write tools whose effect some read tool shows: after the write,
+  a read called with arguments drawn from the write's output and the changed row answers
+  differently than on the seed (a new booking is found, a cancelled one shows its new status,
+  a deleted one is gone, a seat count dropped);
+- execution (in tasks.environments.validate): a grounded call returns a non-error, non-empty result.
+Generated code runs only in the sandbox (`envs.episode.Environment`); nothing is executed here.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from agentscaler.naming import is_id_name, singular, snake
+from envs.spec import DomainSpec, ToolSpec
+from tasks.scenarios.arguments import StateView, ground_arguments, param_keys
+
+
+def _pk_values(spec: DomainSpec, rows: dict[str, list[dict[str, Any]]]) -> dict[str, set[str]]:
+    """key column -> values the seed holds under it (primary keys of every table)."""
+    out: dict[str, set[str]] = {}
+    for t in spec.tables:
+        for k in t.primary_key[:1]:
+            out.setdefault(k, set()).update(str(r.get(k)) for r in rows.get(t.name, []) if r.get(k) is not None)
+    return out
+
+
+def id_params(tool: ToolSpec) -> list[tuple[str, dict[str, Any]]]:
+    """(name, scalar schema) of the tool's id parameters (an array of ids by its items' schema)."""
+    props = (tool.parameters or {}).get("properties") or {}
+    out = []
+    for name, s in props.items():
+        if not isinstance(s, dict) or not is_id_name(name):
+            continue
+        if s.get("type") == "array":
+            s = s.get("items") if isinstance(s.get("items"), dict) else {}
+        if s.get("type") in (None, "string", "integer", "number") or isinstance(s.get("type"), list):
+            out.append((name, s))
+    return out
+
+
+def _created_keys(outputs: list[Any], seed_keys: dict[str, set[str]]) -> set[str]:
+    """Id keys whose value in a write's output is new (not a seed key): ids the domain creates."""
+    out: set[str] = set()
+
+    def walk(obj: Any, depth: int) -> None:
+        if depth > 4:
+            return
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                if isinstance(v, (str, int)) and not isinstance(v, bool) and is_id_name(str(k)):
+                    known = set().union(*[seed_keys.get(c, set()) for c in param_keys(str(k))])
+                    if str(v) not in known:
+                        out.add(snake(str(k)))
+                elif isinstance(v, (dict, list)):
+                    walk(v, depth + 1)
+        elif isinstance(obj, list):
+            for v in obj[:20]:
+                walk(v, depth + 1)
+
+    for o in outputs:
+        walk(o, 0)
+    return out
+
+
+def id_coherence(spec: DomainSpec, state: StateView, write_outputs: list[Any], seed: int = 0,
+                 tries: int = 3) -> dict[str, Any]:
+    """Share of id parameters that resolve (module docstring); the unresolved ones are listed."""
+    rng = random.Random(f"ids:{spec.id}:{seed}")
+    keys = _pk_values(spec, state.rows)
+    all_keys = set().union(*keys.values()) if keys else set()
+    created = _created_keys(write_outputs, keys)
+    total, unresolved = 0, []
+    for t in spec.tools:
+        ids = id_params(t)
+        if not ids:
+            continue
+        seen: dict[str, bool] = {n: False for n, _ in ids}
+        for _ in range(tries):
+            args, _src = ground_arguments(t, state, [], rng, optional_prob=1.0)
+            for n, _s in ids:
+                v = args.get(n)
+                vals = v if isinstance(v, list) else [v]
+                if vals and all(x is not None and str(x) in all_keys for x in vals):
+                    seen[n] = True
+            if all(seen.values()):
+                break
+        for n, _s in ids:
+            total += 1
+            if not seen[n] and not any(k in created for k in param_keys(n)):
+                unresolved.append(f"{t.name}.{n}")
+    return {"id_params": total, "id_resolved": total - len(unresolved),
+            "id_coherence": round((total - len(unresolved)) / total, 4) if total else None,
+            "unresolved_ids": unresolved[:30]}
+
+
+def _related(read: ToolSpec, tables: set[str], plans: dict[str, Any]) -> bool:
+    """Whether a read is about one of the changed tables (by its plan, or its name and description)."""
+    p = plans.get(read.name) or {}
+    if p.get("table") in tables:
+        return True
+    text = f"{snake(read.name)} {read.description.lower()}"
+    return any(singular(t) in text or t in text for t in tables)
+
+
+def _key(res: Any) -> str:
+    return json.dumps([bool(res.ok), res.content if res.ok else None], sort_keys=True, default=str)
+
+
+def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, tries: int = 3,
+                   max_reads: int = 12) -> tuple[dict[str, Any], list[Any]]:
+    """Which write tools some read shows (module docstring). Returns (report, outputs of the
+    successful writes, for id coherence). Each write gets `tries` grounded calls; after one that
+    changes the state, up to `max_reads` reads (those about the changed tables first) are called
+    after it and on the seed with the same arguments."""
+    rng = random.Random(f"observe:{spec.id}:{seed}")
+    plans = (spec.report or {}).get("plans") or {}
+    reads = [t for t in spec.tools if t.kind == "read"]
+    writes = [t for t in spec.tools if t.kind == "write"]
+    per: dict[str, dict[str, Any]] = {}
+    outputs: list[Any] = []
+    for w in writes:
+        r: dict[str, Any] = {"observed": False, "changed": False, "by": None, "why": "no call changed the state"}
+        per[w.name] = r
+        for _ in range(tries):
+            env.reset()
+            args, _ = ground_arguments(w, state, [], rng, optional_prob=0.6)
+            res = env.call(w.name, args)
+            if not res.ok:
+                r["why"] = f"write failed: {(res.error or '')[:120]}"
+                continue
+            outputs.append(res.content)
+            diff = env.diff()
+            if not diff:
+                r["why"] = "the write changed nothing"
+                continue
+            r["changed"] = True
+            tables = {d["table"] for d in diff}
+            rows = []
+            for d in diff:  # the changed rows as the read's earliest source of values
+                row = dict(d["key"])
+                if isinstance(d.get("after"), dict):
+                    row.update({k: v for k, v in d["after"].items() if v is not None})
+                elif isinstance(d.get("before"), dict):  # a deleted row: a read that found it should not now
+                    row.update({k: v for k, v in d["before"].items() if v is not None})
+                elif d.get("column"):
+                    row[d["column"]] = d.get("after")
+                rows.append(row)
+            cands = sorted(reads, key=lambda t: (not _related(t, tables, plans), t.name))[:max_reads]
+            calls = []
+            for rd in cands:
+                a, _ = ground_arguments(rd, state, [*rows, res.content], rng, optional_prob=0.2)
+                calls.append((rd.name, a))
+            if not calls:
+                r["why"] = "no read tool in the domain"
+                break
+            after = env.call_batch(calls)
+            env.reset()
+            before = env.call_batch(calls)
+            hit = next((c[0] for c, x, y in zip(calls, after, before) if _key(x) != _key(y)), None)
+            if hit:
+                r.update(observed=True, by=hit, why=None)
+                break
+            r["why"] = f"no read shows the change to {sorted(tables)}"
+    n = len(per)
+    seen = sum(r["observed"] for r in per.values())
+    return ({"writes": n, "writes_observed": seen, "write_observability": round(seen / n, 4) if n else None,
+             "unobserved": {k: v["why"] for k, v in per.items() if not v["observed"]}}, outputs)
+
+
+def environment_quality(env: Any, spec: DomainSpec, state: StateView, seed: int = 0) -> dict[str, Any]:
+    """Id coherence and write observability of one open environment (the seed in `state`)."""
+    obs, outputs = observe_writes(env, spec, state, seed)
+    ids = id_coherence(spec, state, outputs, seed)
+    return {**ids, **obs}
