@@ -72,7 +72,7 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
 
 
 def _markdown(summary: dict[str, Any]) -> str:
-    lines = ["# build_environments", "", "| domains | built | failed | tools | tools that execute | scenarios |",
+    lines = ["# build_environments", "", "| domains | built | failed | tools | tools that execute (grounded call, non-empty result) | scenarios |",
              "|---|---|---|---|---|---|",
              f"| {summary['domains']} | {summary['built']} | {len(summary['failed'])} | {summary['tools']} | "
              f"{summary['tools_execute']} | {summary['scenarios']} |"]

@@ -31,6 +31,7 @@ from agentscaler.settings import Settings, configure_prefect_env
 from agentscaler.workspace import Workspace
 from tasks.corpus.ingest import IngestError, format_report, ingest
 from tasks.corpus.loaders import FORMATS
+from tasks.environments.play import PlayError, play_calls, read_calls
 from tasks.environments.synthesis import SynthesisError
 from tasks.environments.synthesize import synthesize_all
 from tasks.environments.view import domain_view
@@ -334,6 +335,29 @@ def synthesize_cmd(synth: str = typer.Option("rules", "--synth", help="rules | l
     Console().print({k: v for k, v in out.items() if k != "domains"})
     if out["counts"]["failed"] and not out["counts"]["done"]:
         raise typer.Exit(1)
+
+
+@app.command("play")
+def play_cmd(domain: str = typer.Argument(..., help="Domain id."),
+             calls_file: Path = typer.Argument(..., help='JSON list of calls: [{"name": ..., "arguments": {...}}].'),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Run calls in one fresh episode: each result, the diff from the seed, the final state hash."""
+    try:
+        out = play_calls(Workspace(workspace_path()), domain, read_calls(calls_file),
+                         unsafe=Settings.from_env().allow_unsafe_sandbox)
+    except PlayError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1)
+    if as_json:
+        emit(out)
+        return
+    table = Table(title=f"domain {domain}: {len(out['results'])} calls, state {out['state_hash'][:12]}")
+    for col in ("#", "ok", "result"):
+        table.add_column(col)
+    for i, r in enumerate(out["results"]):
+        table.add_row(str(i), str(r["ok"]), (json.dumps(r["content"], default=str) if r["ok"] else r["error"] or "")[:120])
+    Console().print(table)
+    Console().print({"changed fields": len(out["diff"])})
 
 
 @show_app.command("domain")

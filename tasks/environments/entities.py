@@ -52,7 +52,7 @@ PREPS = {"by", "for", "of", "from", "in", "on", "with", "to", "at", "into", "bet
          "via", "and", "or", "that", "which", "including", "given", "per", "across", "against", "about", "under",
          "over", "near", "around", "after", "before", "during", "if", "when", "where", "whose", "as", "than",
          "such", "while", "so", "both", "either"}
-_WORD = re.compile(r"[A-Za-z][A-Za-z-]*")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 
 
 def _clean(words: list[str]) -> list[str]:
@@ -62,6 +62,8 @@ def _clean(words: list[str]) -> list[str]:
         w = w.lower().strip("-")
         if w in PREPS and out:
             break
+        if w.endswith("'s") or w.endswith("s'"):  # "the pharmacy's medications": the owner, not the noun
+            continue
         if not w or w in STOP or w in PREPS or w.isdigit() or len(w) < 2:
             continue
         s = singular(w)

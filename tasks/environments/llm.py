@@ -1,13 +1,17 @@
 """LLM environment synthesis with validation and a bounded repair loop (issue 5 item 4).
 
-For one domain the model writes, in three strict steps, the same artifacts as the rule-based
-synthesizer: the tables (JSON, checked against a JSON Schema and envs.spec.TableSpec) plus the
-read/write kind of each tool, the tool code (one ```python block, tool code contract of
-docs/ARCHITECTURE.md) and the seed rows (JSON, checked against the tables). Then the whole
-environment is built in a temporary folder and run through tasks.environments.validate in the sandbox.
-Any problem (a reply that is not the requested format, a syntax error, a forbidden import, a
-wrong signature, a tool that fails on the seed database) is fed back to the model and that step
-is asked again, for at most `max_rounds` rounds. A domain that still fails falls back to the
+For one domain: the plan first (the rules' entity and verb contract, tasks.environments.contract:
+the entities' tables and keys, each tool's kind, action, state moves and effects), then the model
+writes, in three strict steps, the same artifacts as the rule-based synthesizer: the tables
+(JSON, checked against a JSON Schema, envs.spec.TableSpec and the plan) plus the read/write kind
+of each tool, the tool code (one ```python block, tool code contract of docs/ARCHITECTURE.md)
+and the seed rows (JSON, checked against the tables). Then the whole environment is built in a
+temporary folder and run through tasks.environments.validate in the sandbox, which also measures
+its quality (every read finds something for seed values, ids resolve, writes are observable).
+Any problem (a reply that is not the requested format, a schema that breaks the plan, a syntax
+error, a forbidden import, a wrong signature, a tool that fails on the seed database, an
+unresolved id, a write no read shows) is fed back to the model and that step is asked again, for
+at most `max_rounds` rounds. A domain that still fails falls back to the
 rule-based synthesizer (or raises SynthesisError), with rounds, tokens, errors and the reason
 recorded in DomainSpec.report["synth_llm"].
 
@@ -38,8 +42,11 @@ from envs.store import build_seed, render_models_py
 from tasks.environments import llm_prompt as P
 from tasks.environments.llm_parse import (ALLOWED_IMPORTS, TABLES_SCHEMA, StepError, extract_code, parse_rows,
                                           parse_tables, rows_schema, static_check)
-from tasks.environments.rules import dedupe_tools, synthesize_rules
-from tasks.environments.synthesis import Synthesis, SynthesisError, discovered_edges
+from tasks.environments.contract import contract_problems, entities_text, semantics_text
+from tasks.environments.plan import Entity, Plan, plan_tools
+from tasks.environments.dedupe import alias_report
+from tasks.environments.rules import domain_name, infer_edges, prepare_tools, synthesize_rules
+from tasks.environments.synthesis import Synthesis, SynthesisError
 from tasks.environments.validate import validate_environment
 
 STAGE = "synth_llm"
@@ -55,6 +62,7 @@ class SynthLLMConfig(BaseModel):
     n_rows: int = 4  # seed rows asked per table
     temperature: float = 0.0
     accept_rate: float = 1.0  # share of tools that must execute (and no read may mutate) to accept
+    min_quality: float = 0.95  # id coherence and write observability needed to accept (where measurable)
     json_schema: bool = True  # send response_format with the JSON Schema (vLLM / llama.cpp grammars)
     fallback: Literal["rules", "fail"] = "rules"
 
@@ -77,12 +85,41 @@ def _schema_text(tables: list[TableSpec]) -> str:
     return "\n".join(out)
 
 
-def _validation_feedback(v: dict[str, Any], rows: dict[str, list[dict[str, Any]]]) -> list[str]:
+def _quality_problems(v: dict[str, Any], cfg: "SynthLLMConfig", readable: set[str]) -> list[str]:
+    """Where the built environment misses the contract's quality bar: ids that resolve, and writes
+    that a read shows (`readable`: the writes the plan gives a read tool to show them)."""
+    q = v.get("quality") or {}
+    out = []
+    if q.get("id_coherence") is not None and q["id_coherence"] < cfg.min_quality:
+        out.append(f"id parameters that name no seed row and no created id: {q.get('unresolved_ids')}")
+    missed = {k: why for k, why in (q.get("unobserved") or {}).items() if k in readable}
+    if readable and len(missed) > (1 - cfg.min_quality) * len(readable):
+        out += [f"write {k}: {why} (a read tool must show what it changed)" for k, why in list(missed.items())[:8]]
+    return out
+
+
+def _readable_writes(plans: list[Plan], entities: dict[str, Entity]) -> set[str]:
+    """Writes whose entity (or what they take from) some read tool of the plan is about."""
+    read_tables = {entities[pl.entity].table for pl in plans if pl.kind == "read"}
+    out = set()
+    for pl in plans:
+        if pl.kind != "write":
+            continue
+        touched = {entities[pl.entity].table} | {entities[e["ref"]].table for e in pl.effects if e.get("ref") in entities}
+        if touched & read_tables:
+            out.add(pl.name)
+    return out
+
+
+def _validation_feedback(v: dict[str, Any], rows: dict[str, list[dict[str, Any]]],
+                         quality: list[str] | None = None) -> list[str]:
     out = []
     for r in v["tools"].values():
         if r["reason"]:
-            errs = "; ".join(r["errors"][:2]) or "-"
+            errs = "; ".join(r["errors"][:2]) or ("a search that finds nothing for seed values"
+                                                   if r["reason"] == "empty_result" else "-")
             out.append(f"tool {r['name']} ({r['kind']}): {r['reason']}: {errs}")
+    out += quality or []
     sample = {t: rs[:1] for t, rs in rows.items()}
     out.append(f"(seed rows, first of each table: {json.dumps(sample, default=str)[:600]})")
     return out
@@ -135,12 +172,17 @@ class _Session:
 
 
 async def _generate(client: LLMClient, domain_id: str, name: str, tools: list[Tool], seed: int,
-                    cfg: SynthLLMConfig, unsafe: bool) -> tuple[DomainSpec | None, str, dict, dict[str, Any]]:
+                    cfg: SynthLLMConfig, unsafe: bool, plans: list[Plan], entities: dict[str, Entity]
+                    ) -> tuple[DomainSpec | None, str, dict, dict[str, Any]]:
     ses = _Session(client, cfg, domain_id)
+    ses.report["plan"] = {"entities": {e.name: e.table for _, e in sorted(entities.items())},
+                          "kinds": {pl.name: pl.kind for pl in plans}}
     base = [ToolSpec(name=t.name, description=t.description or t.name, parameters=t.parameters, returns=t.returns,
                      kind="read", source_tool_id=t.id or None) for t in tools]
     names = [t.name for t in base]
-    ses.start("tables", P.TABLES.format(name=name, tools=_tools_text(base)))
+    plan_kinds = "\n".join(f"- {pl.name}: {pl.kind}" for pl in plans)
+    ses.start("tables", P.TABLES.format(name=name, tools=_tools_text(base), entities=entities_text(plans, entities),
+                                        kinds=plan_kinds))
     tables: list[TableSpec] | None = None
     kinds: dict[str, str] = {}
     specs: list[ToolSpec] = base
@@ -154,9 +196,14 @@ async def _generate(client: LLMClient, domain_id: str, name: str, tools: list[To
             if tables is None:
                 raw = await ses.ask("tables", cfg.max_tokens_tables, TABLES_SCHEMA)
                 tables, kinds = parse_tables(raw, names)
+                broken = contract_problems(tables, kinds, plans, entities)
+                if broken:
+                    tables = None
+                    raise StepError("tables", "the schema breaks the plan: " + "; ".join(broken[:10]), raw)
                 specs = [s.model_copy(update={"kind": kinds[s.name]}) for s in base]
                 schema_txt = _schema_text(tables)
                 ses.start("code", P.CODE.format(name=name, schema=schema_txt, tools=_tools_text(specs, kinds),
+                                                semantics=semantics_text(plans, entities),
                                                 allowed=", ".join(sorted(ALLOWED_IMPORTS - {"envs.toolkit", "__future__"}))))
                 ses.start("rows", P.ROWS.format(name=name, schema=schema_txt, n_rows=cfg.n_rows))
             if code is None:
@@ -174,15 +221,19 @@ async def _generate(client: LLMClient, domain_id: str, name: str, tools: list[To
             step = "validate"
             spec = DomainSpec(id=domain_id, name=name, description=f"LLM-synthesized environment over "
                               f"{', '.join(t.name for t in tables)}.", tools=specs, tables=tables,
-                              synthesizer="llm", seed=seed)
+                              synthesizer="llm", seed=seed, report={"plans": _plan_report(plans, entities)})
             v = _validate(spec, code, rows, unsafe)
             ses.report["validate_s"] += v["validate_s"]
             ses.report["last_validation"] = {k: v[k] for k in ("executes", "tools_total", "execute_rate",
                                                                 "reads_mutating", "writes_change_state", "failures")}
-            if v["execute_rate"] >= cfg.accept_rate and v["reads_mutating"] == 0:
+            ses.report["last_validation"]["quality"] = {k: (v.get("quality") or {}).get(k) for k in
+                                                        ("id_coherence", "write_observability")}
+            quality = _quality_problems(v, cfg, _readable_writes(plans, entities))
+            if v["execute_rate"] >= cfg.accept_rate and v["reads_mutating"] == 0 and not quality:
                 ses.report["status"] = "ok"
+                ses.report["validation"] = v
                 return spec, code, rows, ses.report
-            fb = _validation_feedback(v, rows)
+            fb = _validation_feedback(v, rows, quality)
             ses.report["errors"].append({"round": rnd, "step": "validate", "error": "; ".join(fb[:-1])[:1500]})
             ses.feedback("code", code and f"```python\n{code}```", fb, "tools.py")
             code = None
@@ -197,6 +248,13 @@ async def _generate(client: LLMClient, domain_id: str, name: str, tools: list[To
     last = ses.report["errors"][-1] if ses.report["errors"] else {"step": "-", "error": "-"}
     ses.report["reason"] = f"no valid environment after {cfg.max_rounds} rounds (last: {last['step']}: {last['error'][:300]})"
     return None, "", {}, ses.report
+
+
+def _plan_report(plans: list[Plan], entities: dict[str, Entity]) -> dict[str, Any]:
+    """The plan as DomainSpec.report["plans"] (the table a tool is about grounds its scenario arguments)."""
+    return {pl.name: {"kind": pl.kind, "kind_reason": pl.kind_reason, "action": pl.action, "entity": pl.entity,
+                      "table": entities[pl.entity].table, "verb": pl.verb,
+                      **({"anchor": entities[pl.anchor].table} if pl.anchor else {})} for pl in plans}
 
 
 def _validate(spec: DomainSpec, code: str, rows: dict, unsafe: bool) -> dict:
@@ -227,18 +285,23 @@ def synthesize_llm(domain_id: str, tools: list[Tool], record: dict[str, Any] | N
     cfg = config if isinstance(config, SynthLLMConfig) else SynthLLMConfig.model_validate(config or {})
     record = record or {}
     unsafe = unsafe_from_env() if unsafe is None else unsafe
-    members, skipped = dedupe_tools(sorted(tools, key=lambda t: t.name))
+    members, skipped, aliases, bad = prepare_tools(tools)
     if not members:
         raise SynthesisError(f"domain {domain_id}: no tools to synthesize")
-    name = str(record.get("name") or "") or "_".join(t.name for t in members[:3])
+    skipped = {**skipped, **{a: f"near_duplicate_of:{r}" for a, r in aliases.items()}}
+    plans, entities = plan_tools(members)  # the contract the model is held to
+    name = str(record.get("name") or "") or domain_name(plans, entities)
     t0 = time.perf_counter()
-    spec, code, rows, report = _run(client, domain_id, name, members, seed, cfg, unsafe)
+    spec, code, rows, report = _run(client, domain_id, name, members, seed, cfg, unsafe, plans, entities)
     report["wall_s"] = round(time.perf_counter() - t0, 3)
     report["llm_s"] = round(report["llm_s"], 3)
     report["validate_s"] = round(report["validate_s"], 3)
     if spec is not None:
-        spec = spec.model_copy(update={"edges": discovered_edges({t.name for t in spec.tools}, record.get("edges")),
-                                       "report": {"synth_llm": report, "fallback": None}})
+        spec = spec.model_copy(update={"edges": infer_edges(plans, record.get("edges"), entities),
+                                       "report": {"synth_llm": report, "fallback": None,
+                                                  "plans": spec.report.get("plans"),
+                                                  "near_duplicates": alias_report(aliases),
+                                                  "bad_input": {k: sorted(v) for k, v in sorted(bad.items())}}})
         return Synthesis(spec=spec, models_py=render_models_py(spec), tools_py=code, rows=rows, skipped=skipped)
     if cfg.fallback == "rules":
         report["fallback"] = "rules"
@@ -252,9 +315,9 @@ def synthesize_llm(domain_id: str, tools: list[Tool], record: dict[str, Any] | N
 
 
 def _run(client: LLMClient | None, domain_id: str, name: str, tools: list[Tool], seed: int, cfg: SynthLLMConfig,
-         unsafe: bool):
+         unsafe: bool, plans: list[Plan], entities: dict[str, Entity]):
     async def go(c: LLMClient):
-        return await _generate(c, domain_id, name, tools, seed, cfg, unsafe)
+        return await _generate(c, domain_id, name, tools, seed, cfg, unsafe, plans, entities)
 
     if client is not None:
         return asyncio.run(go(client))

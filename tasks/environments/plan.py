@@ -216,7 +216,9 @@ def _own_noun(tool: Tool, action: str, verb: str, ids: list[tuple[Param, str | N
             return BOOKING_NOUN[verb]  # book_house creates a booking (of a house), not a house
     if action not in ("create", "search", "login"):
         scalar = [e for p, e in ids if e and schema_type(p.schema) != "array"]
-        in_phrase = [e for e in scalar if e in phrase.split("_") or phrase.endswith(e)]
+        if len(scalar) == 1 and action != "read":  # return_book(loan_id) acts on the loan it names
+            return scalar[0]
+        in_phrase = [e for e in scalar if e == phrase or phrase.endswith("_" + e)]  # the phrase's head, not a modifier
         if in_phrase:
             return in_phrase[-1]
         if phrase and head(phrase) in ATTRS and scalar:
@@ -263,6 +265,15 @@ def _action(verb_action: str, verb: str, kind: str, own_id: bool, ids: list[tupl
 
 _EXPLICIT = (("min_", "minimum_"), ("_min",), ("max_", "maximum_"), ("_max",))
 _PAIRED = {"start_": "end_", "from_": "to_", "_start": "_end", "_from": "_to"}
+
+
+def _orderable(schema: dict[str, Any], s: str) -> bool:
+    """Numbers, dates and times have ranges; from_city/to_city are two places."""
+    t = schema_type(schema)
+    if t in ("integer", "number"):
+        return True
+    return t == "string" and (schema.get("format") in ("date", "date-time", "time") or
+                              bool(re.search(r"(date|time|year|day|hour|month)", s)))
 
 
 def _bound(s: str, names: set[str]) -> str:
@@ -366,9 +377,9 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
                 p.role = "offset"
             elif s in CONTROL or s.startswith("include_") and t == "boolean":
                 p.role = "control"
-            elif column_key(p.name) != s and t in ("integer", "number", "string") and _bound(s, names) == "min":
+            elif column_key(p.name) != s and _orderable(p.schema, s) and _bound(s, names) == "min":
                 p.role = "min"
-            elif column_key(p.name) != s and t in ("integer", "number", "string") and _bound(s, names) == "max":
+            elif column_key(p.name) != s and _orderable(p.schema, s) and _bound(s, names) == "max":
                 p.role = "max"
             p.column = (column_name(column_key(p.name)) if p.role in ("min", "max") else
                         "" if p.role in ("query", "control", "limit", "offset") else column_name(p.name))
@@ -613,6 +624,7 @@ def _effects(plans: list[Plan], entities: dict[str, Entity]) -> None:
                     _money_col(e, "hourly_rate")
                     _money_col(e, "fee")
                     pl.effects.append({"kind": "fee", "column": "fee", "rate": "hourly_rate", "since": "started_at"})
+                    _copy_rate(plans, e, entities)
             if pl.verb == "return":
                 _clock(e, "due_date")
                 _clock(e, "returned_at")
@@ -724,6 +736,20 @@ def _consume(pl: Plan, e: Entity, entities: dict[str, Entity], fks: list[Param])
                        "ref": r.name, "column": r.quantity, "amount": q.name if q else None,
                        "store": q.column if q else "quantity", "price": price,
                        "fk": (target.column if target is not None else r.pk)})
+
+
+def _copy_rate(plans: list[Plan], e: Entity, entities: dict[str, Entity]) -> None:
+    """A record whose fee runs on an hourly rate takes the rate of what it is created in (a parking
+    session, its zone's): the parent gets the rate, the create copies it."""
+    for pl in plans:
+        if pl.entity != e.name or pl.action != "create" or any(x["kind"] == "rate" for x in pl.effects):
+            continue
+        parent = next((p for p in pl.params if p.role == "fk" and p.ref in entities and p.ref != e.name
+                       and p.ref not in PEOPLE and head(p.ref) not in PEOPLE), None)
+        if parent is None:
+            continue
+        _money_col(entities[parent.ref], "hourly_rate")
+        pl.effects.append({"kind": "rate", "param": parent.name, "ref": parent.ref, "column": "hourly_rate"})
 
 
 def _clock(e: Entity, col: str) -> None:

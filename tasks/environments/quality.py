@@ -17,9 +17,11 @@ import json
 import random
 from typing import Any
 
+from agentscaler.artifacts import load_scenarios
 from agentscaler.naming import is_id_name, singular, snake
 from envs.spec import DomainSpec, ToolSpec
 from tasks.scenarios.arguments import StateView, ground_arguments, param_keys
+from tasks.scenarios.quality import scenario_quality
 
 
 def _pk_values(spec: DomainSpec, rows: dict[str, list[dict[str, Any]]]) -> dict[str, set[str]]:
@@ -179,3 +181,44 @@ def environment_quality(env: Any, spec: DomainSpec, state: StateView, seed: int 
     obs, outputs = observe_writes(env, spec, state, seed)
     ids = id_coherence(spec, state, outputs, seed)
     return {**ids, **obs}
+
+
+def _ratio(rows: list[dict[str, Any]], num: str, den: str) -> float | None:
+    d = sum(r.get(den) or 0 for r in rows)
+    return round(sum(r.get(num) or 0 for r in rows) / d, 4) if d else None
+
+
+def quality_summary(ws: Any) -> dict[str, Any]:
+    """The workspace's environment and scenario quality: per domain (from each spec's report and
+    its scenarios) and pooled over the synthesized domains (imported ones, such as the tau2
+    verticals, are counted apart). Shares are None where nothing was measured."""
+    domains = []
+    for did in ws.domain_ids():
+        try:
+            spec = DomainSpec.load(ws.domain_dir(did))
+        except (OSError, ValueError):
+            continue
+        q = (spec.report or {}).get("quality") or {}
+        v = (spec.report or {}).get("validation") or {}
+        sq = scenario_quality(load_scenarios(ws, did))
+        domains.append({"domain": did, "name": spec.name, "synthesizer": spec.synthesizer, "tools": len(spec.tools),
+                        "executes": v.get("executes"), "execute_rate": v.get("execute_rate"),
+                        "merged": ((spec.report or {}).get("near_duplicates") or {}).get("merged", 0),
+                        **{k: q.get(k) for k in ("id_params", "id_resolved", "id_coherence", "writes",
+                                                 "writes_observed", "write_observability")},
+                        **{k: sq[k] for k in ("scenarios", "multi_call", "chained", "chain_share", "gold_reads",
+                                              "gold_reads_nonempty", "nonempty_read_share", "kinds")}})
+    synth = [d for d in domains if d["synthesizer"] != "tau2"]
+    kinds: dict[str, int] = {}
+    for d in synth:
+        for k, n in d["kinds"].items():
+            kinds[k] = kinds.get(k, 0) + n
+    measured = [d for d in synth if d["execute_rate"] is not None]
+    pooled = {"domains": len(synth), "tools": sum(d["tools"] for d in synth),
+              "merged": sum(d["merged"] for d in synth),
+              "id_coherence": _ratio(synth, "id_resolved", "id_params"),
+              "write_observability": _ratio(synth, "writes_observed", "writes"),
+              "execute_rate": _ratio(measured, "executes", "tools"),
+              "chain_share": _ratio(synth, "chained", "multi_call"),
+              "nonempty_read_share": _ratio(synth, "gold_reads_nonempty", "gold_reads"), "kinds": kinds}
+    return {"pooled": pooled, "domains": domains, "imported": [d for d in domains if d["synthesizer"] == "tau2"]}

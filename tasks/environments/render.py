@@ -262,6 +262,11 @@ def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
                 L.append(f"    row[{eff['store']!r}] = need")
                 if eff.get("price"):
                     L.append(f"    row['total_price'] = round(_num(other.get({eff['price']!r}), 0) * need, 2)")
+            elif k == "rate":
+                r = entities[eff["ref"]]
+                L.append(f"    parent = _one(db, {r.table!r}, {r.pk!r}, {ref(by_name[eff['param']])}, "
+                         f"{r.name.replace('_', ' ')!r})")
+                L.append(f"    row[{eff['column']!r}] = parent.get({eff['column']!r})")
             elif k == "charge":
                 r = entities[eff["ref"]]
                 rp = by_name[eff["param"]]

@@ -127,6 +127,9 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
         raise TransientError(f"sandbox unavailable for {domain_dir.name}: {type(exc).__name__}: {exc}") from exc
     rng = random.Random(f"validate:{spec.id}:{seed}")
     quality_report: dict[str, Any] = {}
+    # a caller-given new key only helps a tool that creates (its plan says so when one exists)
+    creates = {n: p.get("action") == "create" for n, p in ((spec.report or {}).get("plans") or {}).items()
+               if isinstance(p, dict)}
     try:
         env.reset()
         seed_hash = env.state_hash()
@@ -141,7 +144,7 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                     env.reset()
                     dirty = False
                 args, _ = ground_arguments(t, state, [], rng, optional_prob=0.5 if i % 2 == 0 else 0.9,
-                                           fresh_key=t.kind == "write" and i % 2 == 1)
+                                           fresh_key=t.kind == "write" and i % 2 == 1 and creates.get(t.name, True))
                 if not is_valid(args, t.parameters):
                     r["errors"].append(f"sampled arguments invalid: {json.dumps(args, default=str)[:200]}")
                     r["reason"] = "invalid_arguments"

@@ -254,9 +254,8 @@ def name_verb(name: str) -> VerbReading:
         phrase = _PHRASES.get((w, nxt))
         if phrase:
             return VerbReading(phrase, VERBS.get(phrase, "read"), "name")
-        v = lemma(w)
-        if v in VERBS and w not in ("api", "new", "data"):
-            return VerbReading(v, VERBS[v], "name")
+        if w in VERBS and w not in ("api", "new", "data"):  # names use base forms: `releases` is a noun
+            return VerbReading(w, VERBS[w], "name")
     return VerbReading("", "", "")
 
 

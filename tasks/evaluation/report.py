@@ -1,7 +1,9 @@
 """Run report: markdown + HTML with matplotlib PNGs (Agg), written to `<ws>/reports/<run>/`.
 
 Sections: the data funnel (tools -> domains -> environments -> scenarios -> trajectories ->
-verified -> SFT rows, counted from the workspace), domain sizes, and, when an evaluation of the
+verified -> SFT rows, counted from the workspace), domain sizes, environment quality (id
+coherence, write observability, execution, chain share, non-empty gold reads: tasks.environments.quality),
+and, when an evaluation of the
 run exists (`reports/eval-<run>.json`), pass^k curves per domain, accuracy vs number of gold
 tool calls, failure attribution and reasons. `report_markdown(...)` returns the markdown the
 lead attaches to the Prefect run as an artifact.
@@ -21,6 +23,7 @@ from agentscaler.artifacts import load_domains, load_scenarios, read_trajectorie
 from agentscaler.plots import pyplot, save_png
 from agentscaler.workspace import Workspace, atomic_write_text
 from envs.spec import DomainSpec
+from tasks.environments.quality import quality_summary
 from tasks.evaluation.contamination import contamination_path
 from tasks.evaluation.evaluate import eval_path
 
@@ -30,13 +33,21 @@ def _parquet_rows(path: Path) -> int:
 
 
 def funnel(ws: Workspace, run_ids: list[str] | None = None) -> dict[str, int]:
-    """tools -> domains -> environments -> scenarios -> trajectories -> verified -> SFT rows, counted on
-    disk (a missing stage counts 0). Trajectories and verified count the given rollout runs (default:
+    """tools -> domains -> environments (their tools, near-duplicate tools merged as aliases) ->
+    scenarios -> trajectories -> verified -> SFT rows, counted on disk (a missing stage counts 0). Trajectories and verified count the given rollout runs (default:
     every run of the workspace); the pipeline passes the runs it made."""
     tools = _parquet_rows(ws.tools_path) if ws.tools_path.exists() else 0
     trajs = [t for f in trajectory_files(ws, run_ids) for _, t, _, _ in read_trajectories(f) if t is not None]
     sft = sum(_parquet_rows(p) for p in sorted(ws.sft_dir.glob("stage*/*.parquet")))
+    specs = []
+    for d in ws.domain_ids():
+        try:
+            specs.append(DomainSpec.load(ws.domain_dir(d)))
+        except (OSError, ValueError):  # an unreadable spec is not an environment's tools
+            continue
+    merged = sum(((s.report or {}).get("near_duplicates") or {}).get("merged", 0) for s in specs)
     return {"tools": tools, "domains": len(load_domains(ws)), "environments": len(ws.domain_ids()),
+            "environment_tools": sum(len(s.tools) for s in specs), "near_duplicates_merged": merged,
             "scenarios": len(load_scenarios(ws)), "trajectories": len(trajs),
             "verified": sum(bool(t.verdict and t.verdict.passed) for t in trajs), "sft_rows": sft}
 
@@ -113,9 +124,34 @@ def _pct(x: Any) -> str:
     return "-" if x is None else f"{100 * float(x):.1f}%"
 
 
+def quality_markdown(q: dict[str, Any], worst: int = 10) -> list[str]:
+    """The environment quality section (tasks.environments.quality.quality_summary)."""
+    p = q["pooled"]
+    out = ["", "## Environment quality", "",
+           f"{p['domains']} synthesized domains, {p['tools']} tools ({p['merged']} near-duplicate tools merged as "
+           f"aliases); scenario kinds {p['kinds']}.", "",
+           _table(["metric", "value", "aim"],
+                  [["id coherence (id parameters that resolve to a seed row or a created id)", _pct(p["id_coherence"]),
+                    ">= 95%"],
+                   ["write observability (writes whose effect some read shows)", _pct(p["write_observability"]), ">= 95%"],
+                   ["execution (tools whose grounded call returns a non-error, non-empty result)",
+                    _pct(p["execute_rate"]), "-"],
+                   ["chain share (multi-call scenarios where a later call uses what an earlier one returned)",
+                    _pct(p["chain_share"]), ">= 40%"],
+                   ["gold read calls with a non-empty result", _pct(p["nonempty_read_share"]), ">= 90%"]])]
+    for key, label in (("id_coherence", "id coherence"), ("write_observability", "write observability"),
+                       ("nonempty_read_share", "non-empty gold reads")):
+        rows = sorted([d for d in q["domains"] if d["synthesizer"] != "tau2" and d.get(key) is not None
+                       and d[key] < 0.9999], key=lambda d: (d[key], d["domain"]))[:worst]
+        if rows:
+            out += ["", f"Worst domains by {label}:", "",
+                    _table(["domain", "name", label], [[d["domain"], d["name"], _pct(d[key])] for d in rows])]
+    return out
+
+
 def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int], ev: dict[str, Any] | None = None,
                     images: dict[str, str] | None = None, bfcl: list[dict[str, Any]] | None = None,
-                    contamination: dict[str, Any] | None = None) -> str:
+                    contamination: dict[str, Any] | None = None, quality: dict[str, Any] | None = None) -> str:
     """The run report as markdown (image links relative to the report folder)."""
     images = images or {}
     out = [f"# AgentScaler report: {run_id or 'workspace'}", "", "## Funnel", "",
@@ -126,6 +162,8 @@ def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int]
             + (f"min {min(sizes)}, median {sorted(sizes)[len(sizes) // 2]}, max {max(sizes)}" if sizes else "none")]
     if "domain_sizes" in images:
         out += ["", f"![domain sizes]({images['domain_sizes']})"]
+    if quality and quality["domains"]:
+        out += quality_markdown(quality)
     if ev:
         block = ev["pass^k"]
         ks = sorted({int(k) for b in [block["overall"], *block["domains"].values()] for k in b["pass^k"]})
@@ -188,7 +226,7 @@ def write_report(ws: Workspace, run_id: str | None = None) -> dict[str, Any]:
     bfcl = [json.loads(p.read_text("utf-8")) for p in sorted(ws.reports_dir.glob("bfcl-*.json"))]
     cont_path = contamination_path(ws)
     cont = json.loads(cont_path.read_text("utf-8")) if cont_path.exists() else None
-    md = report_markdown(run_id, counts, sizes, ev, images, bfcl, cont)
+    md = report_markdown(run_id, counts, sizes, ev, images, bfcl, cont, quality_summary(ws))
     atomic_write_text(out_dir / "report.md", md)
     atomic_write_text(out_dir / "report.html", markdown_to_html(md, f"AgentScaler report {name}"))
     return {"dir": str(out_dir), "markdown": str(out_dir / "report.md"), "html": str(out_dir / "report.html"),

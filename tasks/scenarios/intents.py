@@ -80,8 +80,10 @@ def _thing(spec: DomainSpec, name: str) -> str:
     """The noun a call is about, as words (the synthesizer's entity, else the first table's)."""
     plan = ((spec.report or {}).get("plans") or {}).get(name) or {}
     noun = str(plan.get("entity") or "")
-    if not noun and spec.tables:
-        noun = singular(spec.tables[0].name)
+    if not noun and spec.tables:  # no plan: the table the tool is named after, else the first
+        tool = snake(name)
+        named = [singular(t.name) for t in spec.tables if singular(t.name) in tool]
+        noun = max(named, key=len) if named else singular(spec.tables[0].name)
     return noun.replace("_", " ") or "record"
 
 

@@ -42,7 +42,7 @@ def test_template_mentions_every_user_value_and_not_lookups(spec: DomainSpec) ->
     for v in ("u1", "p3", "2"):
         assert v in text
     assert "o4" not in text  # the new order id comes from place_order's output
-    assert "Please make a change" in text
+    assert "I'd like to make a change" in text and text.startswith("Hi, I need help with users and orders.")
     assert check_intent(text, {}, CALLS) == []  # the text alone is enough
 
 
@@ -69,7 +69,8 @@ def test_writer_falls_back_to_template_when_it_misses_facts(spec: DomainSpec) ->
 def test_read_only_intent_asks_for_no_change(spec: DomainSpec) -> None:
     calls = CALLS[:1]
     text = template_intent(spec, calls, collect_user_facts(calls))
-    assert text.startswith("I need help with shop. I only want information") and "u1" in text
+    assert text.startswith("Hi, I need help with users. I only want information; please don't change anything.")
+    assert "u1" in text
 
 
 @pytest.mark.llm
