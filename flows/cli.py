@@ -392,12 +392,13 @@ def scenarios_cmd(per_domain: int = typer.Option(20, "--per-domain", help="Scena
               tau2_train: bool = typer.Option(False, "--tau2-train", help="Let tau2 domains into the train split."),
               domain: Optional[str] = typer.Option(None, "--domain", help="Only this domain."),
               force: bool = typer.Option(False, "--force", help="Rebuild even when the file is up to date."),
+              llm: Optional[str] = typer.Option(None, "--llm", help="Intents written by this model endpoint (URL(s); default $AGENTSCALER_LLM_URL, else the template)."),
               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Random walks + grounded arguments + gold execution -> domains/<id>/scenarios.jsonl."""
     ws = Workspace(workspace_path())
     out = build_all(ws, [domain] if domain else None, per_domain=per_domain, max_length=max_length, seed=seed,
                     force=force, unsafe=Settings.from_env().allow_unsafe_sandbox, read_share=read_share,
-                    heldout_fraction=heldout_fraction, tau2_heldout=not tau2_train)
+                    heldout_fraction=heldout_fraction, tau2_heldout=not tau2_train, llm=llm)
     if as_json:
         emit(out)
         return

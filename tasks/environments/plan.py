@@ -114,7 +114,7 @@ class Param:
     name: str
     schema: dict[str, Any]
     required: bool
-    # pk | pk_list | fk | fk_list | column | min | max | limit | offset | query | control | amount
+    # pk | pk_list | fk | fk_list | column | min | max | limit | offset | query | control | amount | key
     role: str = "column"
     column: str = ""
     ref: str = ""  # referenced entity for pk/fk roles
@@ -415,9 +415,28 @@ def _retarget(plans: list[Plan]) -> None:
     """A state or setting with no record of its own is a field of the record it belongs to:
     enable_roaming(line_id) moves a line's roaming_status; activate_parking_brake(mode) sets the
     car's parking_brake_mode when the domain is about one car (module docstring, step 3)."""
+    for pl in plans:  # money moves on the record named by the ids (fund_account(account_id) moves an account's)
+        if pl.action in ("balance", "transfer"):
+            money = _money_param(pl.params)
+            if money is not None:
+                money.role = "amount"  # how much moves: not a stored field
+        elif pl.action == "extend":
+            by = next((p for p in pl.params if TIME_PARAMS.search(snake(p.name)) and
+                       schema_type(p.schema) in ("integer", "number") and p.role == "column"), None)
+            if by is not None:
+                by.role = "amount"
+        if pl.action == "balance":
+            target = next((p for p in pl.params if p.role in ("pk", "fk")), None)
+            if target is not None:
+                target.role, pl.entity = "pk", target.ref
+        elif pl.action == "transfer":
+            pair = [p for p in pl.params if p.role in ("pk", "fk")][:2]
+            pl.entity = pair[0].ref
+            for p in pair:
+                p.role = "key"  # names an account to move money from or to: not a stored field
     readers = {pl.entity for pl in plans if pl.kind == "read"}
     creators = {pl.entity for pl in plans if pl.action == "create"}
-    referenced = {p.ref for pl in plans for p in pl.params if p.role in ("pk", "pk_list", "fk", "fk_list")}
+    referenced = {p.ref for pl in plans for p in pl.params if p.role in ("pk", "pk_list", "fk", "fk_list", "key")}
     main = _main_entity(plans)
     for pl in plans:
         noun = pl.entity
@@ -458,7 +477,7 @@ def _entities(plans: list[Plan]) -> dict[str, Entity]:
     for pl in plans:
         ent(pl.entity)
         for p in pl.params:
-            if p.role in ("pk", "pk_list", "fk", "fk_list"):
+            if p.role in ("pk", "pk_list", "fk", "fk_list", "key"):
                 target = ent(p.ref)
                 sch = p.schema.get("items", {}) if p.role.endswith("_list") else p.schema
                 if isinstance(sch, dict) and schema_type(sch) == "integer" and target.pk_type != "integer":
@@ -633,34 +652,20 @@ def _effects(plans: list[Plan], entities: dict[str, Entity]) -> None:
                     _money_col(e, "late_fee")
                     pl.effects.append({"kind": "late_fee", "column": "late_fee", "due": "due_date", "per_day": 0.5})
         elif pl.action == "balance":
-            target = next((p for p in pl.params if p.role in ("pk", "fk") and p.ref in entities), None)
-            r = entities[target.ref] if target is not None else e
-            if target is not None and target.ref != e.name:
-                pl.entity = r.name
-            r.balance = r.balance or "balance"
-            _money_col(r, r.balance)
-            money = _money_param(pl.params)
-            if money is not None:
-                money.role = "amount"
+            target = next((p for p in pl.params if p.role == "pk"), None)
+            r = e
+            money = _moves_money(pl, r)
             sign = -1 if (pl.verb in ("withdraw", "pay", "charge", "debit", "spend", "redeem")) else 1
             pl.effects.append({"kind": "balance", "sign": sign, "amount": money.name if money else None,
                                "column": r.balance, "key": target.name if target is not None else None})
         elif pl.action == "transfer":
-            pair = [p for p in pl.params if p.role in ("fk", "pk")][:2]
-            r = entities[pair[0].ref]
-            pl.entity = r.name
-            r.balance = r.balance or "balance"
-            _money_col(r, r.balance)
-            money = _money_param(pl.params)
-            if money is not None:
-                money.role = "amount"
-            for p in pair:
-                p.role = "fk"
+            pair = [p for p in pl.params if p.role == "key"][:2]
+            r = e
+            money = _moves_money(pl, r)
             pl.effects.append({"kind": "transfer", "from": pair[0].name, "to": pair[1].name,
                                "amount": money.name if money else None, "column": r.balance})
         elif pl.action == "extend":
-            by = next((p for p in pl.params if TIME_PARAMS.search(snake(p.name)) and
-                       schema_type(p.schema) in ("integer", "number")), None)
+            by = next((p for p in pl.params if p.role == "amount"), None)
             unit = "hours" if by is not None and re.search(r"hour|hrs|minute|min", snake(by.name)) else "days"
             col = "ends_at" if unit == "hours" else "due_date"
             if by is not None:
@@ -736,6 +741,16 @@ def _consume(pl: Plan, e: Entity, entities: dict[str, Entity], fks: list[Param])
                        "ref": r.name, "column": r.quantity, "amount": q.name if q else None,
                        "store": q.column if q else "quantity", "price": price,
                        "fk": (target.column if target is not None else r.pk)})
+
+
+def _moves_money(pl: Plan, r: Entity) -> Param | None:
+    """`r` gets a balance; the tool's money parameter is an amount (not a stored field)."""
+    r.balance = r.balance or "balance"
+    _money_col(r, r.balance)
+    money = _money_param(pl.params)
+    if money is not None:
+        money.role = "amount"
+    return money
 
 
 def _copy_rate(plans: list[Plan], e: Entity, entities: dict[str, Entity]) -> None:

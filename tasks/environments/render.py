@@ -18,10 +18,11 @@ from agentscaler.schemas import is_valid
 from tasks.environments.plan import Entity, Plan, column_name, schema_type
 from tasks.environments.verbs import TERMINAL
 
+# names the templates use (builtins, helpers, locals): a parameter named so goes through **params
 _PY_RESERVED = {"db", "params", "ToolError", "str", "isinstance", "len", "float", "dict", "list", "int", "bool",
                 "round", "any", "all", "sorted", "row", "rows", "values", "key", "found", "None", "True", "False",
-                "min", "max", "print", "object", "super", "globals", "datetime", "ref", "amount", "other", "src",
-                "dst", "abs", "need", "left"}
+                "min", "max", "print", "object", "super", "globals", "datetime", "other", "need", "left", "cost",
+                "payer", "parent", "money", "have", "hours", "late", "out"}
 
 
 def _pyname(name: str) -> bool:
@@ -346,8 +347,8 @@ def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
             L.append(f"        raise ToolError(f\"insufficient {eff['column']} on {what} {{row[{e.pk!r}]}}: "
                      f"{{have}} left, {{money}} requested\")")
         sign = "-" if eff["sign"] < 0 else "+"
-        L.append(f"    values = {{{eff['column']!r}: round(have {sign} money, 2)}}")
         set_values({e.pk, eff["column"]})
+        L.append(f"    values[{eff['column']!r}] = round(have {sign} money, 2)")
         stamp_updated()
         finish_update()
     elif a == "transfer":

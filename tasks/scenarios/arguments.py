@@ -369,6 +369,7 @@ def ground_arguments(tool: ToolSpec, state: StateView, outputs: list[Any], rng: 
     if table and "id" not in row_cols:  # a bare `id` parameter names the row's own key
         row_cols["id"] = state.pks.get(table) or next((c for c in row if snake(c).endswith("_id")), "")
     fresh_col = state.pks.get(table or "") if fresh_key else None
+    used_cols: dict[str, list[Any]] = {}  # key column -> values given to earlier parameters of this call
     for name in chosen:
         if name in args:
             continue
@@ -388,11 +389,16 @@ def ground_arguments(tool: ToolSpec, state: StateView, outputs: list[Any], rng: 
                 continue
         from_row = coerce(row.get(col), ps) if col is not None and row.get(col) is not None else None
         from_db = [from_row] if from_row is not None and is_valid(from_row, ps) else state.grounded(tool, name, ps)
+        if col is not None and col in used_cols and col in state.keys:
+            # two parameters naming one key (from_account_id, to_account_id): two different records
+            from_db = [v for v in state.grounded(tool, name, ps) if v not in used_cols[col]] or from_db
         if tool.kind == "write" and name not in state.keys and (ps.get("format") or ps.get("enum")) \
                 and rng.random() < 0.5:
             from_db = []  # a new value to set (an email, a status): from the schema half the time
         if from_db:
             args[name], sources[name] = rng.choice(from_db), "user"
+            if col is not None:
+                used_cols.setdefault(col, []).append(args[name])
             continue
         value = _from_schema(ps, name, rng)  # 3. the schema
         if value is _NONE:

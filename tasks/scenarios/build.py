@@ -38,7 +38,7 @@ from envs.state import HASH_VERSION
 from tasks.scenarios.arguments import StateView
 from tasks.scenarios.config import ScenarioParams
 from tasks.scenarios.execute import Dropped, GoldEpisode, calls_key, execute_walk, replay, scenario_id
-from tasks.scenarios.intents import IntentWriter, write_intent
+from tasks.scenarios.intents import IntentWriter, configured_writer, write_intent
 from tasks.scenarios.quality import scenario_quality
 from tasks.scenarios.walks import adjacency, dataflow, plan_walk
 
@@ -172,27 +172,34 @@ def generate(env: Any, spec: DomainSpec, domain_dir: Path, domain_id: str, param
 def build_scenarios(ws_or_domain_dir: Workspace | Path | str, domain_id: str, per_domain: int = 20,
                     max_length: int = 4, seed: int = 0, *, env: Any = None, force: bool = False,
                     unsafe: bool = False, intent_writer: IntentWriter | None = None,
-                    **options: Any) -> dict[str, Any]:
+                    llm: str | bool | None = None, **options: Any) -> dict[str, Any]:
     """Build and write domains/<id>/scenarios.jsonl; returns the report (see `_build_scenarios`).
 
     Holds the domain's lock (domains/<id>/.lock), so two runs on one workspace build it once."""
     domain_dir, _ = _resolve(ws_or_domain_dir, domain_id)
     with file_lock(domain_dir / ".lock"):
         return _build_scenarios(ws_or_domain_dir, domain_id, per_domain, max_length, seed, env=env, force=force,
-                                unsafe=unsafe, intent_writer=intent_writer, **options)
+                                unsafe=unsafe, intent_writer=intent_writer, llm=llm, **options)
 
 
 def _build_scenarios(ws_or_domain_dir: Workspace | Path | str, domain_id: str, per_domain: int = 20,
                      max_length: int = 4, seed: int = 0, *, env: Any = None, force: bool = False,
                      unsafe: bool = False, intent_writer: IntentWriter | None = None,
-                     **options: Any) -> dict[str, Any]:
+                     llm: str | bool | None = None, **options: Any) -> dict[str, Any]:
     """Build and write domains/<id>/scenarios.jsonl; returns the report.
 
     Skips (report["skipped"] = True) when the file exists for the same params and environment.
     `env` may be an open Environment of this domain (reused, not closed); otherwise one is
-    opened and closed here. Extra options are ScenarioParams fields (read_share, heldout_fraction...).
+    opened and closed here. Intents: `intent_writer` when given; else the LLM writer when a model
+    endpoint is configured (`llm`, else AGENTSCALER_LLM_URL; `llm=False`: never); else the template.
+    Extra options are ScenarioParams fields (read_share, heldout_fraction...).
     """
     params = ScenarioParams(per_domain=per_domain, max_length=max_length, seed=seed, **options)
+    if intent_writer is None and llm is not False:
+        intent_writer, source = configured_writer(llm or None)  # a model endpoint configured: LLM intents
+        params = params.model_copy(update={"intents": source})
+    elif intent_writer is not None:
+        params = params.model_copy(update={"intents": getattr(intent_writer, "source", "custom")})
     domain_dir, ws = _resolve(ws_or_domain_dir, domain_id)
     spec = DomainSpec.load(domain_dir)
     out_path, meta_path = domain_dir / SCENARIOS, domain_dir / META_FILE

@@ -24,6 +24,7 @@ class ScenarioParams(BaseModel):
     attempts_factor: int = Field(10, ge=1)  # at most per_domain * attempts_factor walks
     arg_retries: int = Field(3, ge=1)  # fresh arguments for a failing call before the walk is dropped
     verify_replay: bool = True
+    intents: str = "template"  # who wrote the intents: template | llm:<model> (set by build_scenarios)
     heldout_fraction: float = Field(0.2, ge=0.0, le=1.0)
     tau2_heldout: bool = True
 

@@ -6,9 +6,12 @@ an earlier call's output (the agent must look it up), or nothing else. Only the 
 must reach the agent through the user, so the intent (or `user_facts`) must mention every
 user-provided value; `check_intent` enforces that for any writer.
 
-The template writer is the embedded default (fast, deterministic, no model). An LLM writer
-(`llm_intent_writer(client)`) rewrites the goal in a user's voice when one is configured, and
-falls back to the template when its text misses a fact or the model fails.
+The template writer is the embedded default (fast, deterministic, no model): plain English from
+the domain's nouns and the API's own words, never tool names or slugs; a read-only request says
+it wants no change and asks for none. An LLM writer (`llm_intent_writer(client)`, or
+`configured_writer()` when a model endpoint is configured) rewrites the goal in a user's voice,
+and falls back to the template when its text misses a fact, is not plain, asks a read-only
+scenario for a change, or the model fails.
 """
 
 from __future__ import annotations
@@ -16,13 +19,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agentscaler.endpoints import LOCAL, resolve
+from agentscaler.llm import LLMClient
 from agentscaler.naming import plural, singular, snake
+from agentscaler.settings import Settings
 from envs.spec import DomainSpec
-
-if TYPE_CHECKING:  # the LLM client is optional: only its type is needed here
-    from agentscaler.llm import LLMClient
 
 # A writer takes (spec, calls, user_facts) and returns the intent text. `calls` are dicts
 # {"name", "arguments", "kind", "sources": {arg: "user" | "output"}}.
@@ -203,7 +206,19 @@ def write_intent(spec: DomainSpec, calls: list[dict[str, Any]],
     return text, facts, check_intent(text, facts, calls)
 
 
-def llm_intent_writer(client: "LLMClient", max_tokens: int = 200) -> IntentWriter:
+def configured_writer(llm: str | None = None) -> tuple[IntentWriter | None, str]:
+    """(writer, name): the LLM writer when a model endpoint is configured (`llm`, else
+    AGENTSCALER_LLM_URL: agentscaler.endpoints), else (None, "template"). The local SmolLM2 server is
+    never started for intents: its text rarely names every value, so the template would win anyway."""
+    value = resolve(llm)
+    if value == LOCAL:
+        return None, "template"
+    model = Settings.from_env().llm_model
+    client = LLMClient([u.strip() for u in value.split(",") if u.strip()], model=model, timeout=60)
+    return llm_intent_writer(client), f"llm:{model}"
+
+
+def llm_intent_writer(client: LLMClient, max_tokens: int = 200) -> IntentWriter:
     """A writer that asks the configured LLM for the goal in a user's voice (sync, one call per scenario)."""
 
     def write(spec: DomainSpec, calls: list[dict[str, Any]], facts: dict[str, Any]) -> str:

@@ -41,3 +41,23 @@ def test_discovery_and_synthesis_agree_on_an_entity_named_like_a_plural() -> Non
                               "required": ["status_id"]})
     plans, entities = plan_tools([getter])
     assert plans[0].entity == "status" and "status" in entities
+
+
+def test_tags_versions_and_numbers_are_not_words_of_a_name() -> None:
+    from agentscaler.naming import is_tag, name_tokens, strip_tag
+
+    assert strip_tag("weather_forecast_90611a") == "weather_forecast"
+    assert strip_tag("detailed_weather_forecast_aaeaef") == "detailed_weather_forecast"  # a tag without digits
+    assert strip_tag("decade") == "decade" and not is_tag("facade") and is_tag("c4cd7e")
+    assert name_tokens("Movies_3_FindMovies_v2_1955f3") == ("movies", "find", "movies")
+
+
+def test_ids_and_the_nouns_they_name() -> None:
+    from agentscaler.naming import CANONICAL, id_noun, is_id_name, plural, synonyms
+
+    assert is_id_name("userId") and is_id_name("vec_id") and is_id_name("item_ids") and is_id_name("id")
+    assert not is_id_name("paid") and not is_id_name("valid")
+    assert id_noun("source_account_id") == "account" and id_noun("categoryIds") == "category" and id_noun("id") == ""
+    assert plural("weather") == "weather" and plural("parking_session") == "parking_sessions"
+    assert synonyms("booking", "reservation") and synonyms("cinema_ticket", "booking") and not synonyms("user", "order")
+    assert CANONICAL["login"] == "session"

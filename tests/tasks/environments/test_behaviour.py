@@ -139,3 +139,34 @@ def test_play_reports_bad_calls_and_the_cli_prints_the_documented_shape(ws: Work
     calls.write_text("{not json")
     res = CliRunner().invoke(app, ["--workspace", str(ws.root), "play", "gym", str(calls), "--json"])
     assert res.exit_code == 1 and "not JSON" in " ".join(res.output.split())
+
+
+def test_money_moves_with_insufficient_balance_errors(tmp_path):
+    """Deposits, withdrawals and transfers move a balance a read shows; overdrafts are refused."""
+    from agentscaler.models import Tool
+
+    def t(name, desc, props, req):
+        return Tool(name=name, source_name=name, source="t", description=desc,
+                    parameters={"type": "object", "properties": props, "required": req}).with_id()
+
+    acc = {"account_id": {"type": "string"}}
+    amount = {"amount": {"type": "number", "minimum": 0}}
+    tools = [t("get_account", "Get an account with its balance.", acc, ["account_id"]),
+             t("deposit_funds", "Deposit money into an account.", {**acc, **amount}, ["account_id", "amount"]),
+             t("withdraw_funds", "Withdraw money from an account.", {**acc, **amount}, ["account_id", "amount"]),
+             t("transfer_funds", "Transfer money between two accounts.",
+               {"from_account_id": {"type": "string"}, "to_account_id": {"type": "string"}, **amount},
+               ["from_account_id", "to_account_id", "amount"])]
+    ws = Workspace(tmp_path / "bank")
+    spec = synthesize_domain(ws, {"domain": "bank", "tools": [x.id for x in tools]}, tools, unsafe=UNSAFE)
+    assert spec.report["quality"]["write_observability"] == 1.0
+    a, b = seed(ws, "bank", "accounts")[:2]
+    out = play(ws, "bank", ("deposit_funds", {"account_id": a["account_id"], "amount": 10}),
+               ("withdraw_funds", {"account_id": a["account_id"], "amount": a["balance"] + 1000}),
+               ("transfer_funds", {"from_account_id": a["account_id"], "to_account_id": b["account_id"], "amount": 5}),
+               ("get_account", {"account_id": b["account_id"]}))
+    r = out["results"]
+    assert r[0]["content"]["balance"] == pytest.approx(a["balance"] + 10)
+    assert not r[1]["ok"] and "insufficient balance" in r[1]["error"]
+    assert r[2]["content"]["from"]["balance"] == pytest.approx(a["balance"] + 5)
+    assert r[3]["content"]["balance"] == pytest.approx(b["balance"] + 5)

@@ -12,52 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
 
 from agentscaler.llm import LLMClient
 from envs.sandbox import unsafe_from_env
 from tasks.environments.llm import synthesize_llm
+from tests.chat_endpoint import ChatEndpoint
 from tests.tasks.environments.services import service_record, service_tools
 
 UNSAFE = unsafe_from_env()
-
-
-class ScriptedEndpoint:
-    """A real HTTP server answering /chat/completions with the next scripted text (not a model)."""
-
-    def __init__(self, replies: list[str]):
-        self.replies, self.requests = list(replies), []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):  # quiet
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(body)
-                text = outer.replies.pop(0) if outer.replies else "I cannot help."
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text},
-                                                "finish_reason": "stop"}],
-                                   "usage": {"prompt_tokens": 900, "completion_tokens": 300}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _tables(bookings: str = "bookings", cancel_kind: str = "write") -> str:
@@ -137,7 +99,7 @@ def test_plan_schema_code_validation_repair_end_to_end():
     replies = [_tables("cancel_bookings", cancel_kind="read"),  # breaks the plan: a verb for a table, a write as read
                _tables(), CODE.replace("MATCH", 'r["date"] == (date or "")[:7]'),  # a date filter that finds nothing
                ROWS, CODE.replace("MATCH", 'date is None or r["date"] == date')]
-    endpoint = ScriptedEndpoint(replies)
+    endpoint = ChatEndpoint(replies)
     client = LLMClient(endpoint.url, timeout=10, max_retries=0)
     try:
         syn = synthesize_llm("cinema", service_tools("cinema"), record=service_record("cinema"), client=client,
@@ -173,7 +135,7 @@ def test_plan_schema_code_validation_repair_end_to_end():
 
 
 def test_fallback_to_the_rules_keeps_the_recorded_reason():
-    endpoint = ScriptedEndpoint([_tables("cancel_bookings")] * 2)
+    endpoint = ChatEndpoint([_tables("cancel_bookings")] * 2)
     client = LLMClient(endpoint.url, timeout=10, max_retries=0)
     try:
         syn = synthesize_llm("cinema", service_tools("cinema"), record=service_record("cinema"), client=client,

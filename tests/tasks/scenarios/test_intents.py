@@ -96,3 +96,30 @@ def test_llm_writer_with_the_local_server(tmp_path: Path) -> None:
         for c in calls:
             c["sources"] = {a: "user" if json.dumps(v) in facts else "output" for a, v in c["arguments"].items()}
         assert check_intent(row["intent"], {}, calls) == []
+
+
+def test_a_configured_endpoint_writes_the_intents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A *scripted* endpoint (a real HTTP server, not a model) stands in for a configured model: it
+    answers with the customer's values in a sentence. The endpoint is found through the one resolver
+    (AGENTSCALER_LLM_URL); its text is kept when it passes the checks, the meta records who wrote it."""
+    from agentscaler.workspace import read_jsonl
+    from tasks.scenarios.build import build_scenarios
+    from tests.chat_endpoint import ChatEndpoint
+
+    def answer(body: dict) -> str:  # "I need a hand with <the customer's values>."
+        prompt = body["messages"][-1]["content"]
+        facts = json.loads(prompt.split("Values the customer knows: ")[1].split("\n")[0])
+        return "I need a hand with " + ", ".join(v if isinstance(v, str) else json.dumps(v) for v in facts.values()) + "."
+
+    endpoint = ChatEndpoint(answer)
+    monkeypatch.setenv("AGENTSCALER_LLM_URL", endpoint.url)
+    try:
+        d = build_shop(tmp_path / "shop")
+        report = build_scenarios(d, "shop", per_domain=4, max_length=2, seed=0)
+    finally:
+        endpoint.close()
+    assert report["kept"] == 4
+    rows = list(read_jsonl(d / "scenarios.jsonl"))
+    assert all(r["intent"].startswith("I need a hand with") for r in rows)
+    meta = json.loads((d / "scenarios.meta.json").read_text())
+    assert meta["params"]["intents"] == "llm:smollm2-135m"
