@@ -91,7 +91,7 @@ def build(ws: Workspace, sources: list[str], per_domain: int, unsafe: bool) -> d
     out["ingest_s"], out["tools"] = round(time.perf_counter() - t, 1), rep["accepted"]
     t = time.perf_counter()
     disc = discover(ws, draw=False)
-    out["discover_s"], out["domains"] = round(time.perf_counter() - t, 1), disc.get("n_domains")
+    out["discover_s"], out["domains"] = round(time.perf_counter() - t, 1), disc.get("domains")
     t = time.perf_counter()
     syn = synthesize_all(ws, unsafe=unsafe)
     out["synthesize_s"] = round(time.perf_counter() - t, 1)

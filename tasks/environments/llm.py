@@ -254,7 +254,9 @@ def _plan_report(plans: list[Plan], entities: dict[str, Entity]) -> dict[str, An
     """The plan as DomainSpec.report["plans"] (the table a tool is about grounds its scenario arguments)."""
     return {pl.name: {"kind": pl.kind, "kind_reason": pl.kind_reason, "action": pl.action, "entity": pl.entity,
                       "table": entities[pl.entity].table, "verb": pl.verb,
-                      **({"anchor": entities[pl.anchor].table} if pl.anchor else {})} for pl in plans}
+                      **({"anchor": entities[pl.anchor].table} if pl.anchor else {}),
+                      **({"states": {pl.status_col: list(pl.status_from)}} if pl.status_from else {})}
+            for pl in plans}
 
 
 def _validate(spec: DomainSpec, code: str, rows: dict, unsafe: bool) -> dict:

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentscaler.models import Tool
-from agentscaler.naming import (CANONICAL, QUERY_NAMES, SYNONYMS, column_key, id_noun, is_id_name, plural, singular,
-                               snake, synonyms)
+from agentscaler.naming import (CANONICAL, QUERY_NAMES, SYNONYMS, column_key, id_noun, is_id_name, name_tokens, plural,
+                               singular, snake, synonyms)
 from envs.spec import ColumnSpec
 from tasks.environments.entities import ATTRS, GENERIC, Unifier, description_phrase, head, name_phrase, output_noun
 from tasks.environments.verbs import NOUNLIKE, TERMINAL, TRANSITIONS, classify, description_verb, name_verb, read_verb
@@ -167,9 +167,22 @@ def _id_ref(pname: str, schema: dict[str, Any]) -> str | None:
     if s.endswith("_ids") or s == "ids":
         if t != "array":
             return None
+    elif t == "array":  # networkId: [..] is a list of network ids
+        items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        if schema_type(items) not in ("string", "integer"):
+            return None
     elif t not in ("string", "integer"):
         return None
     return id_noun(pname)
+
+
+def _by_noun(tool: Tool) -> str:
+    """get_violations_by_project(uuid): the noun after `by` in the name (what a bare id names)."""
+    words = list(name_tokens(tool.name))
+    for i, w in enumerate(words[:-1]):
+        if w == "by" and words[i + 1] not in ("id", "ids", "uuid", "name", "type", "date", "time"):
+            return singular(words[i + 1])
+    return ""
 
 
 def _words(text: str | None) -> set[str]:
@@ -237,6 +250,8 @@ def _own_noun(tool: Tool, action: str, verb: str, ids: list[tuple[Param, str | N
                                                      (tool.parameters.get("properties") or {}).items()]
                                          if snake(p.name) not in CONTROL and schema_type(p.schema) == "string"]
         phrase = singular(snake(firsts[0].name).split("_")[-1]) if firsts else ""
+    if head(phrase) in CANONICAL:  # message_login, user_authentication: a session
+        phrase = "_".join(phrase.split("_")[:-1] + [CANONICAL[head(phrase)]])
     return CANONICAL.get(phrase, phrase) or (id_nouns[-1] if id_nouns else "") or "record"
 
 
@@ -330,6 +345,9 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
                   for p, s in props.items()]
         ids = [(p, _id_ref(p.name, p.schema)) for p in params]
         ids = [(p, e) for p, e in ids if e is not None]
+        by = _by_noun(tool)
+        if by:  # a bare id of a tool named ..._by_project names the project
+            ids = [(p, by if e == "" else e) for p, e in ids]
         pre_action = _action(verb_action or ("read" if kind == "read" else "update"), verb, kind,
                              any(e == "" for _, e in ids), ids, params)
         noun = "session" if pre_action in ("login", "logout") else _own_noun(tool, pre_action, verb, ids)
@@ -518,6 +536,8 @@ def _entities(plans: list[Plan]) -> dict[str, Entity]:
                         e.list_refs[col] = p.ref
             elif p.role in ("column", "min", "max") and p.column in e.columns and p.column in e.schemas:
                 alt = {k: v for k, v in p.schema.items() if k != "default"}
+                if schema_type(p.schema) in ("array", "object") and e.columns[p.column].type != "json":
+                    e.columns[p.column].type = "json"  # another tool passes a list here: store JSON
                 if alt != e.schemas[p.column] and alt not in e.alt_schemas.get(p.column, []):
                     e.alt_schemas.setdefault(p.column, []).append(alt)
             elif p.role in ("column", "min", "max") and p.column not in e.columns:

@@ -111,6 +111,24 @@ def _related(read: ToolSpec, tables: set[str], plans: dict[str, Any]) -> bool:
     return any(singular(t) in text or t in text for t in tables)
 
 
+def _apply(spec: DomainSpec, rows: dict[str, list[dict[str, Any]]], diff: list[dict[str, Any]]
+           ) -> dict[str, list[dict[str, Any]]]:
+    """The seed rows with a diff applied (rows added, removed, fields changed)."""
+    out = {t: list(rs) for t, rs in rows.items()}
+    for d in diff:
+        t, key = d["table"], d["key"]
+        match = [i for i, r in enumerate(out.get(t, [])) if all(r.get(k) == v for k, v in key.items())]
+        if d.get("column") is None:
+            if isinstance(d.get("after"), dict):
+                out.setdefault(t, []).append(dict(d["after"]))
+            for i in reversed(match if d.get("after") is None else []):
+                out[t].pop(i)
+        else:
+            for i in match:
+                out[t][i] = {**out[t][i], d["column"]: d.get("after")}
+    return out
+
+
 def _key(res: Any) -> str:
     return json.dumps([bool(res.ok), res.content if res.ok else None], sort_keys=True, default=str)
 
@@ -118,15 +136,18 @@ def _key(res: Any) -> str:
 def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, tries: int = 3,
                    max_reads: int = 12) -> tuple[dict[str, Any], list[Any]]:
     """Which write tools some read shows (module docstring). Returns (report, outputs of the
-    successful writes, for id coherence). Each write gets `tries` grounded calls; after one that
-    changes the state, up to `max_reads` reads (those about the changed tables first) are called
-    after it and on the seed with the same arguments."""
+    successful writes, for id coherence). Each write gets up to `tries` grounded calls until one
+    changes the state; after it, up to `max_reads` reads (those about the changed tables first)
+    are called with arguments drawn from the changed rows. The same reads then run once more on
+    the seed, all writes' in one batch of one fresh episode (reads change nothing), and a read
+    whose answer differs shows the write."""
     rng = random.Random(f"observe:{spec.id}:{seed}")
     plans = (spec.report or {}).get("plans") or {}
     reads = [t for t in spec.tools if t.kind == "read"]
     writes = [t for t in spec.tools if t.kind == "write"]
     per: dict[str, dict[str, Any]] = {}
     outputs: list[Any] = []
+    pending: list[tuple[str, list[tuple[str, dict[str, Any]]], list[Any], list[str]]] = []
     for w in writes:
         r: dict[str, Any] = {"observed": False, "changed": False, "by": None, "why": "no call changed the state"}
         per[w.name] = r
@@ -143,7 +164,7 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
                 r["why"] = "the write changed nothing"
                 continue
             r["changed"] = True
-            tables = {d["table"] for d in diff}
+            tables = sorted({d["table"] for d in diff})
             rows = []
             for d in diff:  # the changed rows as the read's earliest source of values
                 row = dict(d["key"])
@@ -154,22 +175,24 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
                 elif d.get("column"):
                     row[d["column"]] = d.get("after")
                 rows.append(row)
-            cands = sorted(reads, key=lambda t: (not _related(t, tables, plans), t.name))[:max_reads]
-            calls = []
-            for rd in cands:
-                a, _ = ground_arguments(rd, state, [*rows, res.content], rng, optional_prob=0.2)
-                calls.append((rd.name, a))
-            if not calls:
-                r["why"] = "no read tool in the domain"
-                break
-            after = env.call_batch(calls)
-            env.reset()
-            before = env.call_batch(calls)
-            hit = next((c[0] for c, x, y in zip(calls, after, before) if _key(x) != _key(y)), None)
+            cands = sorted(reads, key=lambda t: (not _related(t, set(tables), plans), t.name))[:max_reads]
+            after_state = StateView(spec, rows=_apply(spec, state.rows, diff))  # what a read may now find
+            calls = [(rd.name, ground_arguments(rd, after_state, [*rows, res.content], rng, optional_prob=0.2)[0])
+                     for rd in cands]
+            r["why"] = f"no read shows the change to {tables}" if calls else "no read tool in the domain"
+            if calls:
+                pending.append((w.name, calls, env.call_batch(calls), tables))
+            break
+    if pending:
+        env.reset()
+        before = env.call_batch([c for _, calls, _, _ in pending for c in calls])
+        i = 0
+        for name, calls, after, _tables in pending:
+            seed_side = before[i:i + len(calls)]
+            i += len(calls)
+            hit = next((c[0] for c, x, y in zip(calls, after, seed_side) if _key(x) != _key(y)), None)
             if hit:
-                r.update(observed=True, by=hit, why=None)
-                break
-            r["why"] = f"no read shows the change to {sorted(tables)}"
+                per[name].update(observed=True, by=hit, why=None)
     n = len(per)
     seen = sum(r["observed"] for r in per.values())
     return ({"writes": n, "writes_observed": seen, "write_observability": round(seen / n, 4) if n else None,
@@ -201,7 +224,9 @@ def quality_summary(ws: Any) -> dict[str, Any]:
         q = (spec.report or {}).get("quality") or {}
         v = (spec.report or {}).get("validation") or {}
         sq = scenario_quality(load_scenarios(ws, did))
+        bad = {k: len(v) for k, v in ((spec.report or {}).get("bad_input") or {}).items()}
         domains.append({"domain": did, "name": spec.name, "synthesizer": spec.synthesizer, "tools": len(spec.tools),
+                        "bad_input": bad,
                         "executes": v.get("executes"), "execute_rate": v.get("execute_rate"),
                         "merged": ((spec.report or {}).get("near_duplicates") or {}).get("merged", 0),
                         **{k: q.get(k) for k in ("id_params", "id_resolved", "id_coherence", "writes",
@@ -210,9 +235,12 @@ def quality_summary(ws: Any) -> dict[str, Any]:
                                               "gold_reads_nonempty", "nonempty_read_share", "kinds")}})
     synth = [d for d in domains if d["synthesizer"] != "tau2"]
     kinds: dict[str, int] = {}
+    bad: dict[str, int] = {}
     for d in synth:
         for k, n in d["kinds"].items():
             kinds[k] = kinds.get(k, 0) + n
+        for k, n in d["bad_input"].items():
+            bad[k] = bad.get(k, 0) + n
     measured = [d for d in synth if d["execute_rate"] is not None]
     pooled = {"domains": len(synth), "tools": sum(d["tools"] for d in synth),
               "merged": sum(d["merged"] for d in synth),
@@ -220,5 +248,6 @@ def quality_summary(ws: Any) -> dict[str, Any]:
               "write_observability": _ratio(synth, "writes_observed", "writes"),
               "execute_rate": _ratio(measured, "executes", "tools"),
               "chain_share": _ratio(synth, "chained", "multi_call"),
-              "nonempty_read_share": _ratio(synth, "gold_reads_nonempty", "gold_reads"), "kinds": kinds}
+              "nonempty_read_share": _ratio(synth, "gold_reads_nonempty", "gold_reads"), "kinds": kinds,
+              "bad_input": dict(sorted(bad.items()))}
     return {"pooled": pooled, "domains": domains, "imported": [d for d in domains if d["synthesizer"] == "tau2"]}

@@ -117,7 +117,9 @@ def synthesize_rules(domain_id: str, tools: list[Tool], name: str = "", given_ed
                       report={"plans": {pl.name: {"kind": pl.kind, "kind_reason": pl.kind_reason, "action": pl.action,
                                                   "entity": pl.entity, "table": entities[pl.entity].table,
                                                   "verb": pl.verb,
-                                                  **({"anchor": entities[pl.anchor].table} if pl.anchor else {})}
+                                                  **({"anchor": entities[pl.anchor].table} if pl.anchor else {}),
+                                                  **({"states": {pl.status_col: list(pl.status_from)}}
+                                                     if pl.status_from else {})}
                                  for pl in plans},
                               "entities": {e.name: {"table": e.table, "key": e.pk, "states": e.statuses,
                                                     "quantity": e.quantity or None, "balance": e.balance or None}

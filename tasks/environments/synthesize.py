@@ -153,7 +153,7 @@ def synthesize_all(ws: Workspace, synth: str = "rules", seed: int = 0, validate:
     catalog = Catalog(ws.catalog_path)
     out: dict[str, Any] = {"domains": [], "counts": {"done": 0, "failed": 0}, "failures": {},
                            "tools_total": 0, "tools_execute": 0, "reads": 0, "writes": 0,
-                           "writes_change_state": 0, "reads_mutating": 0}
+                           "writes_change_state": 0, "reads_mutating": 0, "bad_input": {}, "near_duplicates_merged": 0}
     for rec in records:
         did = rec.get("domain") if isinstance(rec, dict) else None
         try:
@@ -176,6 +176,9 @@ def synthesize_all(ws: Workspace, synth: str = "rules", seed: int = 0, validate:
         out["reads_mutating"] += v.get("reads_mutating", 0)
         for k, n in (r.get("failures") or {}).items():
             out["failures"][k] = out["failures"].get(k, 0) + n
+        for k, names in (r.get("bad_input") or {}).items():  # tools given a documented default, by reason
+            out["bad_input"][k] = out["bad_input"].get(k, 0) + len(names)
+        out["near_duplicates_merged"] += (r.get("near_duplicates") or {}).get("merged", 0)
         out["domains"].append({"domain": spec.id, "status": "done", "tools": len(spec.tools),
                                "executes": r.get("executes"), "reads": r.get("reads"), "writes": r.get("writes"),
                                "seed_rows": sum((r.get("seed_rows") or {}).values()), "failures": r.get("failures")})

@@ -144,7 +144,8 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                     env.reset()
                     dirty = False
                 args, _ = ground_arguments(t, state, [], rng, optional_prob=0.5 if i % 2 == 0 else 0.9,
-                                           fresh_key=t.kind == "write" and i % 2 == 1 and creates.get(t.name, True))
+                                           fresh_key=t.kind == "write" and i % 2 == 1 and creates.get(t.name, True)
+                                           or None)
                 if not is_valid(args, t.parameters):
                     r["errors"].append(f"sampled arguments invalid: {json.dumps(args, default=str)[:200]}")
                     r["reason"] = "invalid_arguments"

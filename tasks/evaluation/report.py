@@ -129,7 +129,8 @@ def quality_markdown(q: dict[str, Any], worst: int = 10) -> list[str]:
     p = q["pooled"]
     out = ["", "## Environment quality", "",
            f"{p['domains']} synthesized domains, {p['tools']} tools ({p['merged']} near-duplicate tools merged as "
-           f"aliases); scenario kinds {p['kinds']}.", "",
+           f"aliases); scenario kinds {p['kinds']}; tools given a documented default (bad input), by reason: "
+           f"{p.get('bad_input') or 'none'}.", "",
            _table(["metric", "value", "aim"],
                   [["id coherence (id parameters that resolve to a seed row or a created id)", _pct(p["id_coherence"]),
                     ">= 95%"],

@@ -10,7 +10,8 @@ Each parameter's value comes, in this order of preference, from:
      a row that agrees with the values chained so far), so that
      one call's values belong together (an order of that user); else any column named like the
      parameter (camelCase, role prefixes, plural stems and `id` all match), a key inside a JSON
-     column, or a word of a name/title column for a search-like string. For a write, a non-key
+     column, or a word of a name/title column for a search-like string. A state move takes a row
+     in a state it may start from (DomainSpec.report["plans"][tool]["states"]). For a write, a non-key
      value with a format or enum comes from the schema half the time (a new email rather than
      someone else's); with `fresh_key`, the row's own key gets a value not in the table (a record
      created under a caller-given id);
@@ -100,6 +101,11 @@ class StateView:
         plans = (spec.report or {}).get("plans") or {}
         self.hints: dict[str, str] = {n: str(p.get("anchor") or p.get("table")) for n, p in plans.items()
                                       if isinstance(p, dict) and (p.get("anchor") or p.get("table"))}
+        # the states a state move may start from (a cancel acts on an active booking), and the tools
+        # that create (their own key, when the caller gives it, must be new)
+        self.states: dict[str, dict[str, list[Any]]] = {n: p["states"] for n, p in plans.items()
+                                                         if isinstance(p, dict) and isinstance(p.get("states"), dict)}
+        self.creates: set[str] = {n for n, p in plans.items() if isinstance(p, dict) and p.get("action") == "create"}
         for t in spec.tables:
             rows_t = self.rows.get(t.name, [])
             for c in t.columns:
@@ -190,7 +196,8 @@ class StateView:
             best = (0.0, max(named, key=len))
         trows = self.rows[best[1]]
         agree = [r for r in trows if all(_same(r.get(c), v) for c, v in _row_columns(r, chained).items())]
-        return best[1], rng.choice(agree or trows), bool(agree)
+        legal = [r for r in (agree or trows) if all(r.get(c) in ok for c, ok in self.states.get(tool.name, {}).items())]
+        return best[1], rng.choice(legal or agree or trows), bool(agree)
 
 
 def _row_columns(row: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
@@ -347,8 +354,11 @@ def coerce(value: Any, schema: dict[str, Any]) -> Any:
 
 
 def ground_arguments(tool: ToolSpec, state: StateView, outputs: list[Any], rng: random.Random,
-                     optional_prob: float = 0.3, fresh_key: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
-    """(arguments, sources) for one call of `tool`, in the module docstring's order of preference."""
+                     optional_prob: float = 0.3, fresh_key: bool | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """(arguments, sources) for one call of `tool`, in the module docstring's order of preference.
+    fresh_key: give the row's own key a new value (default: when the tool's plan says it creates)."""
+    if fresh_key is None:
+        fresh_key = tool.name in state.creates
     schema = tool.parameters or {}
     props: dict[str, Any] = schema.get("properties", {}) or {}
     required = set(schema.get("required", []) or [])
@@ -366,8 +376,9 @@ def ground_arguments(tool: ToolSpec, state: StateView, outputs: list[Any], rng: 
         sources = {n: "output" for n in args}
         table, row, agreed = state.anchor(tool, chosen, required, args, rng)
     row_cols = {snake(c): c for c in row}
-    if table and "id" not in row_cols:  # a bare `id` parameter names the row's own key
-        row_cols["id"] = state.pks.get(table) or next((c for c in row if snake(c).endswith("_id")), "")
+    for bare in ("id", "uuid", "ids"):  # a bare `id` (`uuid`, `ids`) parameter names the row's own key
+        if table and bare not in row_cols:
+            row_cols[bare] = state.pks.get(table) or next((c for c in row if snake(c).endswith("_id")), "")
     fresh_col = state.pks.get(table or "") if fresh_key else None
     used_cols: dict[str, list[Any]] = {}  # key column -> values given to earlier parameters of this call
     for name in chosen:

@@ -81,3 +81,17 @@ def test_kinds_count_only_what_the_agent_must_read_from_a_result():
     # the second search repeats the user's own value: nothing was read from the first result
     assert scenario_kind(_scenario([found, again], {"city": "Oslo"})) == "unchained"
     assert is_empty([]) and is_empty({"items": []}) and not is_empty({"items": [1]}) and not is_empty(0)
+
+
+def test_the_run_report_shows_the_quality_per_domain_and_pooled(ws: Workspace):
+    from tasks.environments.quality import quality_summary
+    from tasks.evaluation.report import report_markdown
+
+    q = quality_summary(ws)
+    assert {d["domain"] for d in q["domains"]} == set(DOMAINS)
+    p = q["pooled"]
+    assert p["id_coherence"] == 1.0 and p["write_observability"] == 1.0 and p["execute_rate"] == 1.0
+    assert p["chain_share"] >= 0.9 and p["nonempty_read_share"] >= 0.9
+    md = report_markdown(None, {"tools": 1}, [5], quality=q)
+    assert "## Environment quality" in md and "| id coherence (id parameters that resolve" in md
+    assert "100.0%" in md and "scenario kinds" in md
