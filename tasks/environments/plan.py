@@ -139,6 +139,7 @@ class Entity:
     clock: set[str] = field(default_factory=set)  # started_at | ended_at | due_date | returned_at | ends_at
     extra_states: dict[str, list[str]] = field(default_factory=dict)  # roaming_status -> its states
     alt_schemas: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # other tools' schemas of a column
+    children: list[tuple[str, str, str]] = field(default_factory=list)  # (table, its column naming us, its key)
 
 
 @dataclass
@@ -412,7 +413,23 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
     _retarget(plans)
     entities = _entities(plans)
     _effects(plans, entities)
+    _children(plans, entities)
     return plans, entities
+
+
+def _children(plans: list[Plan], entities: dict[str, Entity]) -> None:
+    """A record no tool reads on its own is shown by the record it belongs to (as tau2's user shows
+    its reservations): looking up the parent lists the children's ids."""
+    read = {pl.entity for pl in plans if pl.kind == "read"}
+    got = {pl.entity for pl in plans if pl.action == "get"}
+    by_table = {e.table: e for e in entities.values()}
+    for c in entities.values():
+        if c.name in read:
+            continue
+        for col in c.columns.values():
+            parent = by_table.get((col.foreign_key or "").split(".")[0])
+            if parent is not None and parent is not c and parent.name in got and c.table not in parent.columns:
+                parent.children.append((c.table, col.name, c.pk))
 
 
 def _main_entity(plans: list[Plan]) -> str:

@@ -111,21 +111,26 @@ def _related(read: ToolSpec, tables: set[str], plans: dict[str, Any]) -> bool:
     return any(singular(t) in text or t in text for t in tables)
 
 
-def _apply(spec: DomainSpec, rows: dict[str, list[dict[str, Any]]], diff: list[dict[str, Any]]
-           ) -> dict[str, list[dict[str, Any]]]:
-    """The seed rows with a diff applied (rows added, removed, fields changed)."""
+def _focus(rows: dict[str, list[dict[str, Any]]], diff: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The seed rows, each changed table narrowed to the rows the write changed (as they are now;
+    a deleted one as it was), so a read's arguments point at what changed."""
     out = {t: list(rs) for t, rs in rows.items()}
+    changed: dict[str, list[dict[str, Any]]] = {}
     for d in diff:
         t, key = d["table"], d["key"]
-        match = [i for i, r in enumerate(out.get(t, [])) if all(r.get(k) == v for k, v in key.items())]
+        old = next((r for r in rows.get(t, []) if all(r.get(k) == v for k, v in key.items())), None)
         if d.get("column") is None:
-            if isinstance(d.get("after"), dict):
-                out.setdefault(t, []).append(dict(d["after"]))
-            for i in reversed(match if d.get("after") is None else []):
-                out[t].pop(i)
+            row = d.get("after") if isinstance(d.get("after"), dict) else d.get("before")
+            if isinstance(row, dict):
+                changed.setdefault(t, []).append(dict(row))
         else:
-            for i in match:
-                out[t][i] = {**out[t][i], d["column"]: d.get("after")}
+            mine = changed.setdefault(t, [])
+            cur = next((r for r in mine if all(r.get(k) == v for k, v in key.items())), None)
+            if cur is None:
+                cur = dict(old or key)
+                mine.append(cur)
+            cur[d["column"]] = d.get("after")
+    out.update(changed)
     return out
 
 
@@ -176,7 +181,7 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
                     row[d["column"]] = d.get("after")
                 rows.append(row)
             cands = sorted(reads, key=lambda t: (not _related(t, set(tables), plans), t.name))[:max_reads]
-            after_state = StateView(spec, rows=_apply(spec, state.rows, diff))  # what a read may now find
+            after_state = StateView(spec, rows=_focus(state.rows, diff))  # what changed, as a read may find it
             calls = [(rd.name, ground_arguments(rd, after_state, [*rows, res.content], rng, optional_prob=0.2)[0])
                      for rd in cands]
             r["why"] = f"no read shows the change to {tables}" if calls else "no read tool in the domain"

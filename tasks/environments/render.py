@@ -170,6 +170,9 @@ def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
             for p in fks:
                 L.append(f"    if {ref(p)} is not None and not _same(row.get({p.column!r}), {ref(p)}):")
                 L.append(f"        raise ToolError(f\"{what} {{{ref(pk)}}} not found for {p.name} {{{ref(p)}}}\")")
+            for table, col, key in e.children:  # records that belong to this one (no tool reads them alone)
+                L.append(f"    row[{table!r}] = [r[{key!r}] for r in db.select({table!r}, {{{col!r}: row[{e.pk!r}]}}, "
+                         f"order_by={key!r})]")
             L.append("    return row")
     elif a == "search":
         check_refs()
