@@ -106,6 +106,39 @@ def build(ws: Workspace, sources: list[str], per_domain: int, unsafe: bool) -> d
     return out
 
 
+def compare_build(base: Path, sources: list[str], per_domain: int, rounds: int = 1) -> dict[str, Any]:
+    """Build time of the code in `base` (another checkout, e.g. the commit this branch started from)
+    and of this checkout, side by side on one corpus: ingest + discover once, then synthesize +
+    scenarios (the CLI commands, each in a fresh process) on a copy per code version, alternating."""
+    import shutil
+    import subprocess
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_build_"))
+    prep = Workspace(tmp / "prep")
+    from tasks.corpus.ingest import ingest
+    from tasks.discover.discover import discover
+
+    ingest(prep, sources)
+    discover(prep, draw=False)
+    out: dict[str, Any] = {"base": str(base), "rounds": []}
+    for r in range(rounds):
+        for label, code in (("before", base), ("after", ROOT)):
+            ws = tmp / f"{label}{r}"
+            shutil.copytree(prep.root, ws)
+            env = {**os.environ, "PYTHONPATH": str(code)}
+            times = {"load_before": load()}
+            for cmd in (["synthesize", "--json"], ["scenarios", "--per-domain", str(per_domain), "--json"]):
+                t = time.perf_counter()
+                subprocess.run([sys.executable, "-c", "from flows.cli import app; app()", "-w", str(ws), *cmd],
+                               cwd=code, env=env, check=True, capture_output=True)
+                times[cmd[0] + "_s"] = round(time.perf_counter() - t, 1)
+            times["load_after"] = load()
+            out["rounds"].append({"code": label, **times})
+            shutil.rmtree(ws, ignore_errors=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def tau2_verticals(ws: Workspace) -> list[str]:
     """The imported tau2 verticals (airline, retail) added to the workspace, with tau2's tasks."""
     from flows.pipeline import add_tau2_verticals
@@ -207,9 +240,30 @@ def pct(x: Any) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _group_rows(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    return {"synthesized": [r for r in rows if r["synthesizer"] != "tau2"],
+            "imported (tau2 verticals)": [r for r in rows if r["synthesizer"] == "tau2"]}
+
+
+def _pooled_row(label: str, p: dict[str, Any]) -> str:
+    return (f"| {label} | {p['domains']} | {p['tools']} | {pct(p['id_coherence'])} ({p['id_params']} ids) | "
+            f"{pct(p['write_observability'])} ({p['writes']} writes) | {pct(p['execute_rate'])} | "
+            f"{pct(p['chain_share'])} ({p['multi_call']} multi-call) | {pct(p['nonempty_read_share'])} "
+            f"({p['gold_reads']} reads; {p['scenarios_all_reads_empty']} scenarios all empty) | "
+            f"{pct(p['replay_verified'])} ({p['replays']}) | {p['scenarios']} | {p['kinds']} |")
+
+
 def markdown(res: dict[str, Any]) -> str:
     out = ["# Environment and scenario quality (issue 18)", "",
            f"`benchmarks/bench_env_quality.py`, {res['when']}, {res['machine']}.", ""]
+    cmp_ = res.get("build_comparison")
+    if cmp_:
+        out += ["## Build time, side by side (real corpora: synthesize + scenarios, CLI in fresh processes)", "",
+                "| code | synthesize s | scenarios s | total s | load before | load after |", "|---|---|---|---|---|---|"]
+        out += [f"| {r['code']} | {r['synthesize_s']} | {r['scenarios_s']} | "
+                f"{round(r['synthesize_s'] + r['scenarios_s'], 1)} | {r['load_before']} | {r['load_after']} |"
+                for r in cmp_["rounds"]]
+        out.append("")
     lab = res.get("labelled")
     if lab:
         out += ["## Read/write classification on the labelled set", "",
@@ -221,8 +275,7 @@ def markdown(res: dict[str, Any]) -> str:
         out.append("")
     for name, part in res.get("corpora", {}).items():
         rows = part["domains"]
-        groups = {"synthesized": [r for r in rows if r["synthesizer"] != "tau2"],
-                  "imported (tau2 verticals)": [r for r in rows if r["synthesizer"] == "tau2"]}
+        groups = _group_rows(rows)
         out += [f"## {name}", ""]
         if part.get("build"):
             b = part["build"]
@@ -233,14 +286,19 @@ def markdown(res: dict[str, Any]) -> str:
         out += ["| group | domains | tools | id coherence | write observability | execution | chain share | "
                 "non-empty gold reads | gold replays verified | scenarios | kinds |", "|" + "---|" * 11]
         for g, rs in groups.items():
-            if not rs:
-                continue
-            p = pooled(rs)
-            out.append(f"| {g} | {p['domains']} | {p['tools']} | {pct(p['id_coherence'])} ({p['id_params']} ids) | "
-                       f"{pct(p['write_observability'])} ({p['writes']} writes) | {pct(p['execute_rate'])} | "
-                       f"{pct(p['chain_share'])} ({p['multi_call']} multi-call) | {pct(p['nonempty_read_share'])} "
-                       f"({p['gold_reads']} reads; {p['scenarios_all_reads_empty']} scenarios all empty) | "
-                       f"{pct(p['replay_verified'])} ({p['replays']}) | {p['scenarios']} | {p['kinds']} |")
+            if rs:
+                out.append(_pooled_row(g, pooled(rs)))
+        before = (res.get("before") or {}).get(name)
+        if before:
+            b = before["build"] or {}
+            out += ["", f"Before (the code this branch started from, same corpus, same metrics; {before['when']}, "
+                        f"{before['machine']}; build: synthesize {b.get('synthesize_s', '?')} s, scenarios "
+                        f"{b.get('scenarios_s', '?')} s):", "",
+                    "| group | domains | tools | id coherence | write observability | execution | chain share | "
+                    "non-empty gold reads | gold replays verified | scenarios | kinds |", "|" + "---|" * 11]
+            for g, rs in _group_rows(before["domains"]).items():
+                if rs:
+                    out.append(_pooled_row(g + " (before)", pooled(rs)))
         syn = groups["synthesized"]
         out += ["", "Distribution over the synthesized domains (per-domain values):", ""]
         for key, label, aim in METRICS:
@@ -280,6 +338,11 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="measure at most N domains per workspace")
     ap.add_argument("--keep", type=Path, default=None, help="build under this folder and keep it")
     ap.add_argument("--out", type=Path, default=RESULTS / "env_quality.md")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="a JSON result of this script on the code before (shown side by side, per corpus name)")
+    ap.add_argument("--before-as", default=None, help="the corpus name the --before result is about")
+    ap.add_argument("--compare-build", type=Path, default=None,
+                    help="a checkout of the code before: time its build and this one's side by side (real corpora)")
     args = ap.parse_args()
     unsafe = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
     res: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.cpu_count()} cores, {load()}",
@@ -316,6 +379,15 @@ def main() -> None:
             part["measure_s"] = round(time.perf_counter() - t, 1)
             part["load_after"] = load()
             res["corpora"][name] = part
+    if args.compare_build:
+        res["build_comparison"] = compare_build(args.compare_build, ["bfcl", "tau2", "nestful"], args.per_domain)
+        print(json.dumps(res["build_comparison"], indent=1), file=sys.stderr)
+    if args.before:
+        prev = json.loads(args.before.read_text())
+        parts = list(prev["corpora"].values())
+        if parts and args.before_as:
+            res["before"] = {args.before_as: {"when": prev["when"], "machine": prev["machine"],
+                                              "domains": parts[0]["domains"], "build": parts[0].get("build")}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(markdown(res))
     args.out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))

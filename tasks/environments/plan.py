@@ -256,14 +256,11 @@ def _own_noun(tool: Tool, action: str, verb: str, ids: list[tuple[Param, str | N
     return CANONICAL.get(phrase, phrase) or (id_nouns[-1] if id_nouns else "") or "record"
 
 
-def _action(verb_action: str, verb: str, kind: str, own_id: bool, ids: list[tuple[Param, str | None]],
-            params: list[Param]) -> str:
+def _action(verb_action: str, verb: str, kind: str, own_id: bool, ids: list[tuple[Param, str | None]]) -> str:
+    """The action a tool's verb takes on its entity (see the module docstring, step 1)."""
     if kind == "read":
         return "read"
     if verb_action in ("create", "update", "delete"):
-        if verb_action == "update" and not ids and not own_id and verb in ("put", "set", "configure", "select",
-                                                                         "connect", "play", "stream", "navigate"):
-            return "update"
         return verb_action
     if verb_action == "transition":
         if not own_id and verb in ("start", "launch", "begin", "check_in", "checkin", "open", "reopen"):
@@ -350,7 +347,7 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
         if by:  # a bare id of a tool named ..._by_project names the project
             ids = [(p, by if e == "" else e) for p, e in ids]
         pre_action = _action(verb_action or ("read" if kind == "read" else "update"), verb, kind,
-                             any(e == "" for _, e in ids), ids, params)
+                             any(e == "" for _, e in ids), ids)
         noun = "session" if pre_action in ("login", "logout") else _own_noun(tool, pre_action, verb, ids)
         noun = column_name(noun)[:40]
         if pre_action == "create" and verb in TRANSITIONS and head(noun) not in STARTABLE:
@@ -813,6 +810,8 @@ def _clock(e: Entity, col: str) -> None:
 def _int_col(e: Entity, col: str) -> None:
     if col not in e.columns:
         e.columns[col] = ColumnSpec(name=col, type="integer")
+    elif e.columns[col].type == "json":  # a tool passes a list here (quantities per item): keep it
+        return
     elif e.columns[col].type not in ("integer", "real"):
         e.columns[col].type = "integer"
     e.schemas.setdefault(col, {"type": "integer", "minimum": 0})

@@ -10,6 +10,7 @@ episode clock (a session started hours before it, a loan due days after or overd
 from __future__ import annotations
 
 import datetime as dt
+import json
 import random
 from typing import Any
 
@@ -153,6 +154,9 @@ def seed_rows(entities: dict[str, Entity], rng: random.Random, clock: str) -> di
                     row[col] = rng.random() < 0.5
                 else:
                     row[col] = gen_value({"type": "string"}, col, rng)
+            for col, cs in e.columns.items():  # a list or object only in a JSON column, as text elsewhere
+                if cs.type != "json" and isinstance(row.get(col), (list, dict)):
+                    row[col] = json.dumps(row[col], sort_keys=True)
             out.append(row)
         rows[e.table] = out
         for col, vals in used.items():

@@ -11,7 +11,10 @@ Each parameter's value comes, in this order of preference, from:
      one call's values belong together (an order of that user); else any column named like the
      parameter (camelCase, role prefixes, plural stems and `id` all match), a key inside a JSON
      column, or a word of a name/title column for a search-like string. A state move takes a row
-     in a state it may start from (DomainSpec.report["plans"][tool]["states"]). For a write, a non-key
+     in a state it may start from (DomainSpec.report["plans"][tool]["states"]). A read's values
+     all fit its row, so it finds something: a query is a word of the row, an optional filter the
+     row has no value for is left out, and chained attributes no row agrees with are dropped (the
+     chained ids stay). Two parameters naming one key (from/to account) get two records. For a write, a non-key
      value with a format or enum comes from the schema half the time (a new email rather than
      someone else's); with `fresh_key`, the row's own key gets a value not in the table (a record
      created under a caller-given id);
@@ -163,9 +166,11 @@ class StateView:
 
     def anchor(self, tool: ToolSpec, params: list[str], required: set[str], chained: dict[str, Any],
                rng: random.Random) -> tuple[str | None, dict[str, Any], bool]:
-        """(table, row, agreed): the row a call is about (agreed: it agrees with the chained values). The table whose columns match most parameters (a
-        required one counts double, an exact name a little more; the table named in the tool's name
-        breaks ties); among its rows one that agrees with the values chained so far."""
+        """(table, row, agreed): the row a call is about. The table its plan names, else the table
+        whose columns match most parameters (a required one counts double, an exact name a little
+        more; the table named in the tool's name breaks ties); among its rows one that agrees with
+        the values chained so far (`agreed` says whether one did) and, for a state move, one in a
+        state the move may start from."""
         tool_name = snake(tool.name)
         best: tuple[float, str] | None = None
         hint = self.hints.get(tool.name)
