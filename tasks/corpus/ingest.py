@@ -22,7 +22,7 @@ import orjson
 from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
-from agentscaler.schemas import SchemaChecker
+from agentscaler.schemas import SchemaChecker, nesting, schema_hazard
 from agentscaler.workspace import Workspace, atomic_write_json
 from tasks.corpus.common import MAX_DEPTH, LoadIssue, RawTool
 from tasks.corpus.loaders import FORMATS, load_file
@@ -37,7 +37,9 @@ MAX_ERRORS_KEPT = 500
 # rejection reasons that mean "malformed input" (listed in errors, fail --strict);
 # the others are quality filters from the paper (counted, not errors)
 MALFORMED = {"unreadable_file", "empty_file", "malformed_json", "malformed_tool", "unknown_format",
-             "invalid_schema", "unnamed_parameter", "duplicate_parameter", "bad_name", "too_deep", "oversized"}
+             "invalid_schema", "unnamed_parameter", "duplicate_parameter", "bad_name", "too_deep", "oversized",
+             # schemas whose checks would not end or could take minutes (agentscaler.schemas.schema_hazard)
+             "bad_ref", "cyclic_ref", "ref_fanout", "unsafe_pattern"}
 QUALITY = {"no_description", "trivial_description", "too_many_parameters", "duplicate"}
 
 class IngestError(RuntimeError):
@@ -70,22 +72,6 @@ def normalize_name(source_name: str) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # checks
 # ---------------------------------------------------------------------------------------------
-
-def _depth(obj: Any, limit: int) -> int:
-    """Nesting depth of dicts/lists, iteratively (a hostile file must not blow the C stack)."""
-    stack = [(obj, 1)]
-    deepest = 0
-    while stack:
-        cur, d = stack.pop()
-        deepest = max(deepest, d)
-        if deepest > limit:
-            return deepest
-        if isinstance(cur, dict):
-            stack.extend((v, d + 1) for v in cur.values() if isinstance(v, (dict, list)))
-        elif isinstance(cur, list):
-            stack.extend((v, d + 1) for v in cur if isinstance(v, (dict, list)))
-    return deepest
-
 
 def type_label(schema: Any) -> str:
     if not isinstance(schema, dict):
@@ -131,7 +117,7 @@ def check_tool(raw: RawTool, checker: SchemaChecker) -> tuple[Candidate | None, 
     params = raw.parameters
     if not isinstance(params, dict):
         return None, "invalid_schema", "parameters is not a JSON object"
-    if _depth(params, MAX_DEPTH + 2) > MAX_DEPTH + 1:
+    if nesting(params, MAX_DEPTH + 2) > MAX_DEPTH + 1:
         return None, "too_deep", f"parameters nest deeper than {MAX_DEPTH} levels"
     if params.get("type", "object") != "object":
         return None, "invalid_schema", f"parameters type is {params.get('type')!r}, not 'object'"
@@ -157,7 +143,7 @@ def check_tool(raw: RawTool, checker: SchemaChecker) -> tuple[Candidate | None, 
         if len(set(req)) != len(req):
             params["required"] = list(dict.fromkeys(req))
     returns = raw.returns if isinstance(raw.returns, dict) and raw.returns else None
-    if returns is not None and _depth(returns, MAX_DEPTH + 2) > MAX_DEPTH + 1:
+    if returns is not None and (nesting(returns, MAX_DEPTH + 2) > MAX_DEPTH + 1 or schema_hazard(returns)):
         returns = None
     try:  # orjson also refuses lone surrogates and >64-bit ints, which could not be written back
         p_text = orjson.dumps(params)
@@ -168,6 +154,9 @@ def check_tool(raw: RawTool, checker: SchemaChecker) -> tuple[Candidate | None, 
         return None, "invalid_schema", f"not serializable as UTF-8 JSON: {str(exc)[:200]}"
     if len(p_text) + len(r_text) > MAX_SPEC_BYTES:
         return None, "oversized", f"schema is {len(p_text) + len(r_text)} bytes (limit {MAX_SPEC_BYTES})"
+    hazard = schema_hazard(params)
+    if hazard:
+        return None, hazard[0], f"parameters: {hazard[1]}"
     err = checker.error(params)
     if err:
         return None, "invalid_schema", f"parameters are not valid JSON Schema: {err}"

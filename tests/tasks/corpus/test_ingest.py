@@ -92,6 +92,16 @@ def test_collisions_are_disambiguated_deterministically():
     (raw(params={"type": "object", "properties": {}, "required": ["ghost"]}), "invalid_schema"),
     (raw(desc="x " * 5000), "oversized"),
     (raw(problem="too_deep: schema nested deeper than 24 levels"), "too_deep"),
+    # issue 22 class 7: schemas whose checks would not end, or would backtrack for minutes
+    (raw(params={"type": "object", "properties": {"a": {"$ref": "#/$defs/x"}},
+                 "$defs": {"x": {"anyOf": [{"$ref": "#/$defs/x"}]}}}), "cyclic_ref"),
+    (raw(params={"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}), "bad_ref"),
+    (raw(params={"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}), "bad_ref"),
+    (raw(params={"type": "object", "properties": {"a": {"$ref": "#/$defs/d0"}}, "$defs": {
+        **{f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(12)}, "d12": {}}}), "ref_fanout"),
+    (raw(params={"type": "object", "properties": {"a": {"type": "string", "pattern": "^(a+)+$"}}}), "unsafe_pattern"),
+    (raw(params={"type": "object", "properties": {"a": {"type": "object", "patternProperties": {"(x|xy)*z": {}}}}}),
+     "unsafe_pattern"),
 ])
 def test_filters_count_each_reason(tool, reason):
     tools, _, report = build_corpus([tool])
