@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -57,14 +58,21 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 def normalize_name(source_name: str) -> str | None:
     """A Python-identifier tool name (tool code defines one function per tool, named as the tool):
-    non [A-Za-z0-9_] runs become '_', long names are cut and suffixed with a hash. None if nothing
-    identifier-like is left (empty, only symbols or non-Latin letters, starts with a digit)."""
-    s = _MULTI_US.sub("_", _NON_IDENT.sub("_", source_name or "")).strip("_")
+    non [A-Za-z0-9_] runs become '_', long names are cut and suffixed with a hash. A name spelled
+    with anything but ASCII (a zero-width space, fullwidth or look-alike letters) folds to ASCII
+    (NFKC) and always carries a hash of its spelling, so it never takes the plain name of the tool
+    it looks like. None if nothing identifier-like is left (empty, only symbols or non-Latin
+    letters, starts with a digit)."""
+    source_name = source_name or ""
+    folded = source_name if source_name.isascii() else unicodedata.normalize("NFKC", source_name)
+    s = _MULTI_US.sub("_", _NON_IDENT.sub("_", folded)).strip("_")
     if not s:
         return None
     if keyword.iskeyword(s):
         s += "_"
-    if len(s) > 64:
+    if not source_name.isascii():
+        s = s[:55].rstrip("_") + "_" + content_hash(source_name, 8)
+    elif len(s) > 64:
         s = s[:55].rstrip("_") + "_" + content_hash(source_name, 8)
     return s if _IDENT.match(s) else None
 
@@ -202,10 +210,11 @@ def infer_returns(name: str, description: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 def _assign_names(cands: list[Candidate], taken: set[str]) -> list[tuple[Candidate, str]]:
-    """Unique names, deterministic for a given set: in key order, the first keeps its base name,
-    a later collision gets `_<6 hex of its key>` (then 10 hex, then the whole key)."""
+    """Unique names, deterministic for a given set: a tool whose source name is exactly its base
+    name claims it first, then the others in key order; a later collision gets `_<6 hex of its
+    key>` (then 10 hex, then the whole key)."""
     out = []
-    for c in sorted(cands, key=lambda c: c.key):
+    for c in sorted(cands, key=lambda c: (c.raw.source_name != c.name, c.key)):
         name = c.name
         for n in (6, 10, 16):
             if name not in taken:

@@ -17,7 +17,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentscaler.llm import LLMFormatError, parse_json_reply
+from agentscaler.naming import ascii_identifier
 from envs.spec import TableSpec, ToolSpec
+from tasks.environments.codecheck import non_ascii_names
 from tasks.environments.validate import check_signature, functions
 
 ALLOWED_IMPORTS = frozenset({"envs.toolkit", "json", "re", "math", "datetime", "decimal", "itertools",
@@ -25,7 +27,6 @@ ALLOWED_IMPORTS = frozenset({"envs.toolkit", "json", "re", "math", "datetime", "
 FORBIDDEN_NAMES = frozenset({"exec", "eval", "compile", "open", "__import__", "getattr", "setattr", "delattr",
                              "vars", "locals", "input", "breakpoint", "memoryview", "help", "exit", "quit",
                              "__builtins__", "__loader__", "__spec__"})
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)\n?```", re.DOTALL)
 
 
@@ -75,8 +76,8 @@ def parse_tables(text: str | None, tool_names: list[str]) -> tuple[list[TableSpe
     for t in tables:
         cols = [c.name for c in t.columns]
         for n in [t.name, *cols]:
-            if not _IDENT.match(n):
-                problems.append(f"name {n!r} (table {t.name}) is not a plain identifier")
+            if not ascii_identifier(n):
+                problems.append(f"name {n!r} (table {t.name}) is not a plain ASCII identifier")
         if len(set(cols)) != len(cols):
             problems.append(f"table {t.name}: duplicate column names")
         missing = [k for k in t.primary_key if k not in cols]
@@ -132,7 +133,7 @@ def static_check(code: str, tools: list[ToolSpec]) -> list[str]:
         tree = ast.parse(code)
     except (SyntaxError, ValueError) as exc:
         return [f"syntax error line {getattr(exc, 'lineno', '?')}: {getattr(exc, 'msg', exc)}"]
-    problems: list[str] = []
+    problems: list[str] = non_ascii_names(code)
     aliases = _globals_alias_calls(tree)
     for node in ast.walk(tree):
         where = f"line {getattr(node, 'lineno', '?')}"
