@@ -23,8 +23,6 @@ RANGE_SUFFIXES = ("_min", "_max", "_from", "_to", "_start", "_end")
 
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _NON_WORD = re.compile(r"[^a-z0-9]+")
-
-
 _ASCII_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
