@@ -4,9 +4,11 @@ failures reported, and the CLI (`synthesize`, `show domain --json`)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import tokenize
 
 import pytest
 from typer.testing import CliRunner
@@ -15,6 +17,7 @@ from agentscaler.artifacts import save_tools
 from agentscaler.catalog import Catalog
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace, atomic_write_json
+from envs.episode import Environment
 from envs.sandbox import unsafe_from_env
 from envs.spec import DomainSpec
 from tasks.environments.synthesis import SynthesisError
@@ -162,13 +165,8 @@ def test_cli_synthesize_and_show_domain(tmp_path):
 def test_parameter_names_that_are_not_ascii_identifiers_reach_the_tool(tmp_path):
     """Issue 22 class 8: Python folds identifiers (NFKC), so a parameter `ｄｂ` *is* `db` in code:
     tools.py failed to compile (duplicate argument) and every tool of the domain broke; `ｒｏｗ`
-    became the template's local `row` and stored the wrong value. Generated code uses ASCII
+    became the template's local `row` (the tool put the row inside itself). Generated code uses ASCII
     identifiers only; such parameters reach the tool through **params (run in the sandbox)."""
-    import io
-    import tokenize
-
-    from envs.episode import Environment
-
     quoted = 'Note "\\\' {}\n_Id'  # a corpus name is any string (this one means note_id): it went into f-strings
     tools = [T("create_note", {"note_id": {"type": "string"}, "ｄｂ": {"type": "string"},
                                "ｒｏｗ": {"type": "string"}, "title": {"type": "string"}}, ["note_id", "ｄｂ"]),
