@@ -11,9 +11,9 @@ fees computed from the episode clock (`db.now()`), so every call is deterministi
 
 from __future__ import annotations
 
-import keyword
 from typing import Any
 
+from agentscaler.naming import ascii_identifier, snake
 from agentscaler.schemas import is_valid
 from tasks.environments.plan import Entity, Plan, column_name, schema_type
 from tasks.environments.verbs import TERMINAL
@@ -26,7 +26,9 @@ _PY_RESERVED = {"db", "params", "ToolError", "str", "isinstance", "len", "float"
 
 
 def _pyname(name: str) -> bool:
-    return name.isidentifier() and not keyword.iskeyword(name) and name not in _PY_RESERVED and not name.startswith("_")
+    """May the template spell this parameter or tool name as an identifier (else: **params, a
+    globals() alias)? agentscaler.naming.ascii_identifier, and not a name the template uses."""
+    return ascii_identifier(name) and name not in _PY_RESERVED and not name.startswith("_")
 
 
 _ANY = {"dontcare", "any", "all", "none", "no_preference", "either"}  # enum values that filter nothing
@@ -53,8 +55,13 @@ def _or(states: tuple[str, ...] | list[str]) -> str:
 def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
     e = entities[pl.entity]
     explicit = all(_pyname(p.name) for p in pl.params)
-    ref = (lambda p: p.name) if explicit else (lambda p: f"params.get({p.name!r})")
+    # Otherwise every parameter reaches the tool through **params and is read once into an ASCII
+    # local: a name is only ever a string literal in code, never an identifier or f-string text.
+    local = {p.name: f"arg_{i}" for i, p in enumerate(pl.params)}
+    ref = (lambda p: p.name) if explicit else (lambda p: local[p.name])
+    said = (lambda p: p.name) if explicit else (lambda p: snake(p.name) or "parameter")  # in messages
     fname = pl.name if _pyname(pl.name) else "tool_" + column_name(pl.name)
+    # signature: required first, then optional with defaults
     if explicit:
         sig = ["db"]
         for p in [p for p in pl.params if p.required] + [p for p in pl.params if not p.required]:
@@ -80,6 +87,7 @@ def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
             L.append(f"    for _name in {req!r}:")
             L.append("        if params.get(_name) is None:")
             L.append('            raise ToolError(f"missing required field {_name}")')
+        L += [f"    {local[p.name]} = params.get({p.name!r})" for p in pl.params]
     T = repr(e.table)
     what = e.name.replace("_", " ")
     pk = next((p for p in pl.params if p.role == "pk"), None)
@@ -109,7 +117,7 @@ def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
             L.append(f"    row = _one(db, {T}, {e.pk!r}, {ref(pk)}, {what!r})")
             for p in fks:
                 L.append(f"    if {ref(p)} is not None and not _same(row.get({p.column!r}), {ref(p)}):")
-                L.append(f"        raise ToolError(f\"{what} {{{ref(pk)}}} does not belong to {p.name} {{{ref(p)}}}\")")
+                L.append(f"        raise ToolError(f\"{what} {{{ref(pk)}}} does not belong to {said(p)} {{{ref(p)}}}\")")
             return
         keys = fks + ([c for c in cols if schema_type(c.schema) in ("string", "integer", "boolean")]
                       if pl.action in ("delete", "status", "extend", "refill", "logout") and sc == "status" else [])
@@ -169,7 +177,7 @@ def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
             L.append(f"    row = _one(db, {T}, {e.pk!r}, {ref(pk)}, {what!r})")
             for p in fks:
                 L.append(f"    if {ref(p)} is not None and not _same(row.get({p.column!r}), {ref(p)}):")
-                L.append(f"        raise ToolError(f\"{what} {{{ref(pk)}}} not found for {p.name} {{{ref(p)}}}\")")
+                L.append(f"        raise ToolError(f\"{what} {{{ref(pk)}}} not found for {said(p)} {{{ref(p)}}}\")")
             for table, col, key in e.children:  # records that belong to this one (no tool reads them alone)
                 L.append(f"    row[{table!r}] = [r[{key!r}] for r in db.select({table!r}, {{{col!r}: row[{e.pk!r}]}}, "
                          f"order_by={key!r})]")
@@ -253,9 +261,9 @@ def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
                         pp = by_name[pname]
                         L.append(f"    if {ref(pp)} is not None:")
                         L.append(f"        found = [r for r in found if _same(r.get({col!r}), {ref(pp)})]")
-                    said = ", ".join(f"{c}={{{ref(by_name[p_])}}}" for p_, c in eff["match"])
+                    matched = ", ".join(f"{c}={{{ref(by_name[p_])}}}" for p_, c in eff["match"])
                     L.append("    if not found:")
-                    L.append(f"        raise ToolError(f\"no {rname} matches {said}\")")
+                    L.append(f"        raise ToolError(f\"no {rname} matches {matched}\")")
                     L.append("    other = found[0]")
                     L.append(f"    row[{r.pk!r}] = other[{r.pk!r}]")
                 L.append(f"    left = _num(other.get({eff['column']!r}), 0)")
