@@ -42,7 +42,7 @@ from agentscaler.models import Tool  # noqa: E402
 from agentscaler.workspace import Workspace  # noqa: E402
 from envs.episode import Environment  # noqa: E402
 from envs.spec import DomainSpec  # noqa: E402
-from tasks.environments.quality import environment_quality  # noqa: E402
+from tasks.environments.quality import environment_quality, unobserved_why  # noqa: E402
 from tasks.environments.verbs import classify  # noqa: E402
 from tasks.rollouts.gold import gold_trajectory  # noqa: E402
 from tasks.scenarios.arguments import StateView  # noqa: E402
@@ -147,6 +147,26 @@ def tau2_verticals(ws: Workspace) -> list[str]:
     return [d for d in ws.domain_ids() if d.startswith("tau2")]
 
 
+CAUSES = {"no read tool in the domain": "no read tool in the domain",
+          "no read about": "no read about the changed table in the domain",
+          "no read shows": "a read about it shows no change", "write failed": "the write failed",
+          "changed nothing": "the write changed nothing", "no call changed": "the write changed nothing"}
+
+
+def unobserved_causes(spec: DomainSpec | None, unobserved: dict[str, str]) -> dict[str, int]:
+    """Unobserved writes by cause. A reason recorded before the "no read about" split (an older
+    result) is split again from the spec's reads and plans."""
+    out: Counter = Counter()
+    reads = [t for t in spec.tools if t.kind == "read"] if spec else []
+    plans = ((spec.report or {}).get("plans") or {}) if spec else {}
+    for why_ in unobserved.values():
+        if spec is not None and why_.startswith("no read shows the change to ["):
+            tables = [t.strip(" '\"") for t in why_.split("[", 1)[1].rstrip("]").split(",")]
+            why_ = unobserved_why(tables, reads, plans)
+        out[next((v for k, v in CAUSES.items() if k in why_), "other")] += 1
+    return dict(out)
+
+
 # --- one domain --------------------------------------------------------------------------------------
 def measure_domain(ws: Workspace, did: str, unsafe: bool) -> dict[str, Any]:
     d = ws.domain_dir(did)
@@ -165,6 +185,7 @@ def measure_domain(ws: Workspace, did: str, unsafe: bool) -> dict[str, Any]:
         state = StateView(spec, d / spec.seed_path)
         t0 = time.perf_counter()
         row.update(environment_quality(env, spec, state))
+        row["unobserved_causes"] = unobserved_causes(spec, row.get("unobserved") or {})
         row["quality_s"] = round(time.perf_counter() - t0, 3)
         sq = scenario_quality(scen)
         row.update(sq)
@@ -210,9 +231,10 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
         d = sum(r.get(den) or 0 for r in rows)
         return round(sum(r.get(num) or 0 for r in rows) / d, 4) if d else None
 
-    kinds = Counter()
+    kinds, causes = Counter(), Counter()
     for r in rows:
         kinds.update(r.get("kinds") or {})
+        causes.update(r.get("unobserved_causes") or {})
     ex_num = sum((r.get("execute_rate") or 0) * r["tools"] for r in rows if r.get("execute_rate") is not None)
     ex_den = sum(r["tools"] for r in rows if r.get("execute_rate") is not None)
     return {"domains": len(rows), "tools": sum(r["tools"] for r in rows),
@@ -224,7 +246,8 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "gold_reads": sum(r.get("gold_reads", 0) for r in rows),
             "scenarios_all_reads_empty": sum(r.get("scenarios_all_reads_empty", 0) for r in rows),
             "replay_verified": ratio("replays_verified", "replays"), "replays": sum(r.get("replays", 0) for r in rows),
-            "scenarios": sum(r.get("scenarios", 0) for r in rows), "kinds": dict(kinds)}
+            "scenarios": sum(r.get("scenarios", 0) for r in rows), "kinds": dict(kinds),
+            "unobserved_causes": dict(causes.most_common())}
 
 
 def dist(rows: list[dict[str, Any]], metric: str) -> str:
@@ -300,6 +323,16 @@ def markdown(res: dict[str, Any]) -> str:
                 if rs:
                     out.append(_pooled_row(g + " (before)", pooled(rs)))
         syn = groups["synthesized"]
+        p = pooled(syn)
+        if p["writes"]:
+            none = p["unobserved_causes"].get(CAUSES["no read tool in the domain"], 0) + \
+                p["unobserved_causes"].get(CAUSES["no read about"], 0)
+            seen = round(p["write_observability"] * p["writes"])
+            out += ["", f"Unobserved synthesized writes by cause: {p['unobserved_causes']}. {none} of {p['writes']} "
+                        f"writes have no read about what they change in their domain (the corpus gave none), so "
+                        f"the share any synthesis could show is at most {pct((p['writes'] - none) / p['writes'])}; "
+                        f"of the writes some read is about, {seen} / {p['writes'] - none} "
+                        f"({pct(seen / max(1, p['writes'] - none))}) are shown."]
         out += ["", "Distribution over the synthesized domains (per-domain values):", ""]
         for key, label, aim in METRICS:
             out.append(f"- {label}{' (aim ' + pct(aim) + ')' if aim else ''}: {dist(syn, key)}")
@@ -328,6 +361,21 @@ def measure_workspace(ws: Workspace, unsafe: bool, limit: int | None = None) -> 
     return rows
 
 
+def render(saved: Path, keep: Path | None, out: Path) -> None:
+    """Markdown again from a saved result; where the built workspace is kept, each row's
+    unobserved causes are recounted from its spec (results made before the causes were split)."""
+    res = json.loads(saved.read_text())
+    for name, part in res.get("corpora", {}).items():
+        sub = "real" if name.startswith("real") else "synthetic"
+        for r in part["domains"]:
+            d = keep / sub / "domains" / r["domain"] if keep else None
+            spec = DomainSpec.load(d) if d and (d / "spec.json").exists() else None
+            r["unobserved_causes"] = unobserved_causes(spec, r.get("unobserved") or {})
+    out.write_text(markdown(res))
+    out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
+    print(out.read_text())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--real", action="store_true", help="build BFCL + tau2 + NESTFUL in a fresh workspace")
@@ -343,7 +391,12 @@ def main() -> None:
     ap.add_argument("--before-as", default=None, help="the corpus name the --before result is about")
     ap.add_argument("--compare-build", type=Path, default=None,
                     help="a checkout of the code before: time its build and this one's side by side (real corpora)")
+    ap.add_argument("--render", type=Path, default=None,
+                    help="re-render a saved JSON result (unobserved causes split from the specs under --keep)")
     args = ap.parse_args()
+    if args.render:
+        render(args.render, args.keep, args.out)
+        return
     unsafe = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
     res: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.cpu_count()} cores, {load()}",
                            "labelled": labelled(), "corpora": {}}

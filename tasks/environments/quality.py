@@ -111,6 +111,15 @@ def _related(read: ToolSpec, tables: set[str], plans: dict[str, Any]) -> bool:
     return any(singular(t) in text or t in text for t in tables)
 
 
+def unobserved_why(tables: list[str], reads: list[ToolSpec], plans: dict[str, Any]) -> str:
+    """Why a write that changed `tables` is not (yet) seen: no read of the domain is about those
+    tables (the corpus gave the domain none: nothing synthesis can show it with), or some is and
+    did not answer differently."""
+    if not any(_related(rd, set(tables), plans) for rd in reads):
+        return f"no read about {tables} in the domain"
+    return f"no read shows the change to {tables}"
+
+
 def _focus(rows: dict[str, list[dict[str, Any]]], diff: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The seed rows, each changed table narrowed to the rows the write changed (as they are now;
     a deleted one as it was), so a read's arguments point at what changed."""
@@ -184,7 +193,7 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
             after_state = StateView(spec, rows=_focus(state.rows, diff))  # what changed, as a read may find it
             calls = [(rd.name, ground_arguments(rd, after_state, [*rows, res.content], rng, optional_prob=0.2)[0])
                      for rd in cands]
-            r["why"] = f"no read shows the change to {tables}" if calls else "no read tool in the domain"
+            r["why"] = (unobserved_why(tables, reads, plans) if calls else "no read tool in the domain")
             if calls:
                 pending.append((w.name, calls, env.call_batch(calls), tables))
             break
