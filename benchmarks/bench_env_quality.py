@@ -155,14 +155,14 @@ CAUSES = {"no read tool in the domain": "no read tool in the domain",
 
 def unobserved_causes(spec: DomainSpec | None, unobserved: dict[str, str]) -> dict[str, int]:
     """Unobserved writes by cause. A reason recorded before the "no read about" split (an older
-    result) is split again from the spec's reads and plans."""
+    result) is split again from the spec's reads and plans, in place."""
     out: Counter = Counter()
     reads = [t for t in spec.tools if t.kind == "read"] if spec else []
     plans = ((spec.report or {}).get("plans") or {}) if spec else {}
-    for why_ in unobserved.values():
+    for name, why_ in unobserved.items():
         if spec is not None and why_.startswith("no read shows the change to ["):
             tables = [t.strip(" '\"") for t in why_.split("[", 1)[1].rstrip("]").split(",")]
-            why_ = unobserved_why(tables, reads, plans)
+            why_ = unobserved[name] = unobserved_why(tables, reads, plans)
         out[next((v for k, v in CAUSES.items() if k in why_), "other")] += 1
     return dict(out)
 
