@@ -318,10 +318,11 @@ class Environment:
         ended at the seed). Results are call()'s, text for text.
 
         Verification's replay. By default many episodes share one sandbox child and one round trip
-        (up to 256, or max_bytes of images), each starting from the seed, so there is no fork per
-        episode; module state that tool code keeps would reach later episodes of the same round
-        trip. fresh=True gives each episode a fresh child and runs its calls one by one, as a
-        rollout did. A round trip the child does not survive is redone that way. Results come
+        (up to 256, or max_bytes of images), each starting from the seed with tools.py run afresh,
+        so there is no fork per episode; what tool code changes outside its own module (a module
+        it patches, files in scratch) would reach later episodes of the same round trip.
+        fresh=True gives each episode a fresh child and runs its calls one by one, as a rollout
+        did. A round trip the child does not survive is redone that way. Results come
         one round trip at a time, as they are iterated. The environment's own episode is over
         once this starts: reset() before call()."""
         self._failed = "the environment replayed other episodes since the last reset"

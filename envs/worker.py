@@ -437,18 +437,22 @@ class Worker:
         return {"ok": True, "content": out}, text
 
     def run_episodes(self, episodes: list[list[list[Any]]]) -> tuple[dict[str, Any], bytes]:
-        """Many episodes in this child, one after another, each from the seed (verification's
-        replay: no fork per episode). The texts of successful calls and the database image of each
-        episode that committed a write go in the payload; the reply gives their lengths: per call
-        [true, n] or [false, error], per episode the image's length or -1 when nothing was
-        committed (reads and failed calls are rolled back: the episode ended at the seed)."""
-        conn, parts, out, dirty = self.conn, [], [], True
+        """Many episodes in this child, one after another, each from the seed and with tools.py run
+        afresh (its module globals do not carry over) — verification's replay, without a fork per
+        episode. The texts of successful calls and the database image of each episode that
+        committed a write go in the payload; the reply gives their lengths: per call [true, n] or
+        [false, error], per episode the image's length or -1 when nothing was committed (reads and
+        failed calls are rolled back: the episode ended at the seed)."""
+        conn, parts, out, dirty, ran = self.conn, [], [], True, False
         for calls in episodes:
             if conn.in_transaction:
                 conn.rollback()
             if dirty:
                 self.guard.load(self.seed)
-            results, dirty = [], False
+            if ran:
+                self.tools = {}
+                self.load_tools()
+            results, dirty, ran = [], False, bool(calls)
             for name, args, kind in calls:
                 res, text = self.run_tool(name, args, kind)
                 if res["ok"]:

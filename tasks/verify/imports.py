@@ -138,12 +138,12 @@ def read_import(ws: Workspace, path: Path, run_id: str) -> tuple[list[Trajectory
             if scenario is None:
                 reject(n, row, reason, detail)
                 continue
-            end = _end_reason(row, messages)
+            msgs = [{**m, "content": _text(m["content"])} if isinstance(m, dict) and "content" in m else m
+                    for m in messages]
+            end = _end_reason(row, msgs)
             if end is None:
                 reject(n, row, "bad_end_reason", f"end_reason {row.get('end_reason')!r} is not one of {END_REASONS}")
                 continue
-            msgs = [{**m, "content": _text(m["content"])} if isinstance(m, dict) and "content" in m else m
-                    for m in messages]
             trial = trials[scenario.id]
             trials[scenario.id] += 1
             trajs.append(Trajectory(

@@ -4,11 +4,14 @@ verification judges, and what the trajectory recorded is only compared with them
 
 Cost, and the one trade it makes: a domain's environment (one sandbox worker) is opened once per
 verifier and every trajectory of the domain is replayed in one sandbox child, many per round trip
-(envs.episode.Environment.replay: no fork per trajectory), each from the seed. Module state that
-tool code keeps could reach later trajectories of the same round trip, so a trajectory whose
-record disagrees with that replay is replayed once more alone in a fresh child (as its rollout
-ran) before it is judged; that replay decides, and when the two replays differ the environment is
+(envs.episode.Environment.replay: no fork per trajectory), each from the seed with tools.py run
+afresh. What tool code changes outside its own module (a stdlib module it patches, scratch files)
+could still reach later trajectories of the same round trip, so a trajectory whose record
+disagrees with that replay is replayed once more alone in a fresh child (as its rollout ran)
+before it is judged; that replay decides, and when the two replays differ the environment is
 unstable (nondeterministic or stateful tool code), which attribution blames on the environment.
+What this leaves open: a record forged to match what such process-wide state would make a shared
+replay return is accepted; the trajectories our own engines record never do.
 The state hash is computed here (envs.state.StateOracle) from the database image the child sends;
 an episode that committed no write ended at the seed. Identical final images are hashed once.
 """

@@ -335,6 +335,28 @@ def test_user_never_gave_a_needed_fact(ws: Workspace, rp: Replayer) -> None:
     assert verdict(ws, rp, t).attribution == "agent"
 
 
+def test_stateful_tool_code_never_fails_an_honest_trajectory(tmp_path: Path) -> None:
+    """Tool code that keeps state across episodes in a patched module: the shared-child replay of a
+    later trajectory differs from its (fresh-child) record, so it is replayed in a fresh child,
+    which agrees; it passes, and the instability is counted. A forged output is still caught."""
+    ws = Workspace(tmp_path)
+    dest = load_shop_builder()(ws.domain_dir("shop"))
+    (dest / "tools.py").write_text((dest / "tools.py").read_text() + "\n\nimport json\n_get_user = get_user\n\n\n"
+                                   "def get_user(db, user_id):\n    json.seen = getattr(json, 'seen', 0) + 1\n"
+                                   "    return {**_get_user(db, user_id), 'calls': json.seen}\n")
+    build_scenarios(ws, "shop", per_domain=12, seed=1)
+    with Environment.open(dest) as e:  # honest records: each in a fresh child, as the rollout engine runs them
+        trajs = [record(e, s, [("get_user", {"user_id": "u1"})] + [(c.name, c.arguments) for c in s.gold_calls])
+                 for s in load_scenarios(ws, "shop") if not s.read_only]
+    assert len(trajs) >= 2
+    forged = trajs[-1].model_copy(deep=True)
+    tool_messages(forged)[0]["content"] = tool_messages(forged)[0]["content"].replace('"calls": 1', '"calls": 7')
+    rep = verify_trajectories(ws, trajs + [forged])
+    assert [t.verdict.passed for t in trajs] == [True] * len(trajs)
+    assert forged.verdict.reasons == ["output_mismatch"] and forged.verdict.attribution == "environment"
+    assert rep["replay"]["replayed_fresh"] >= len(trajs) and rep["replay"]["unstable"] >= len(trajs) - 1
+
+
 def test_domain_that_cannot_replay_fails_its_trajectories_not_the_run(ws: Workspace, env: Environment,
                                                                       tmp_path: Path) -> None:
     s = _pick(ws, read_only=True)
