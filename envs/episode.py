@@ -427,6 +427,10 @@ class Environment:
             self._oracle = StateOracle(self.spec.tables, self._seed_bytes())
         return self._oracle
 
+    def state_oracle(self) -> StateOracle:
+        """The domain's state oracle (hash and diff of database images, in this process; built once)."""
+        return self._state()
+
     def _lost(self) -> str:
         return f"the episode's state was lost ({self._failed}); reset the environment"
 

@@ -12,7 +12,7 @@ before it is judged; that replay decides, and when the two replays differ the en
 unstable (nondeterministic or stateful tool code), which attribution blames on the environment.
 What this leaves open: a record forged to match what such process-wide state would make a shared
 replay return is accepted; the trajectories our own engines record never do.
-The state hash is computed here (envs.state.StateOracle) from the database image the child sends;
+The state hash is computed here (the environment's envs.state.StateOracle) from the database image the child sends;
 an episode that committed no write ended at the seed. Identical final images are hashed once.
 """
 
@@ -23,9 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs import store
 from envs.episode import Environment, ToolResult
-from envs.state import StateOracle
 
 HASH_CACHE = 4096  # final images remembered per domain (k trials of a scenario often end alike)
 
@@ -51,11 +49,9 @@ class DomainReplay:
     def __init__(self, domain_dir: Path, env: Environment | None = None):
         self.owned = env is None
         self.env = env if env is not None else Environment.open(domain_dir, spin_us=0)
-        spec = self.env.spec
-        self.seed = store.load_seed_bytes(Path(domain_dir) / spec.seed_path)
-        self.oracle = StateOracle(spec.tables, self.seed)
-        self.seed_hash = self.oracle.hash(self.seed)
-        self._hashes: OrderedDict[bytes, str] = OrderedDict()
+        self.oracle = self.env.state_oracle()
+        self.seed_hash = self.oracle.hash(self.oracle.seed)
+        self._hashes: OrderedDict[bytes, str] = OrderedDict()  # final image -> hash (this verification's)
 
     def _hash(self, image: bytes | None) -> str:
         if image is None:
@@ -81,8 +77,7 @@ class DomainReplay:
 
     def close(self) -> None:
         if self.owned:
-            self.env.close()
-        self.oracle.close()
+            self.env.close()  # and its oracle
 
 
 class Replayer:

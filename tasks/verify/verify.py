@@ -41,22 +41,25 @@ Outputs under rollouts/<run-id>/: verified.jsonl (one verdict row per trajectory
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentscaler.artifacts import TRAJECTORIES, read_trajectories, scenario_map
+from agentscaler.artifacts import TRAJECTORIES, load_scenarios, read_trajectories
 from agentscaler.hashing import canonical_json
 from agentscaler.models import Scenario, Trajectory, Verdict
 from agentscaler.schemas import check
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl, atomic_write_text
+from envs.fastcheck import flat_checker
 from envs.spec import DomainSpec
 from tasks.rollouts.conversation import pending_write
 from tasks.verify.passk import passk_report
-from tasks.verify.replay import Replayed, Replayer
+from tasks.verify.replay import DomainReplay, Replayed, Replayer
 
 REASONS = ("malformed_dialogue", "unknown_tool", "invalid_arguments", "output_mismatch", "recorded_state_mismatch",
            "repetition", "no_tool_calls", "turn_limit", "fatal_error", "state_mismatch", "call_mismatch",
@@ -67,6 +70,7 @@ FUNNEL = [("replayed", {"unknown_scenario", "replay_failed"}),
           ("faithful", {"output_mismatch", "recorded_state_mismatch"}),
           ("no_repetition", {"repetition"}), ("acted", {"no_tool_calls"}),
           ("completed", {"turn_limit", "fatal_error"}), ("outcome_ok", {"state_mismatch", "call_mismatch"})]
+REPLAY_THREADS = 2  # domains replayed at once: one thread waits for its sandbox child while another works
 # A tool message that says the environment, not the call, failed (see attribute).
 ENVIRONMENT_ERRORS = ("sandbox was restarted", "exceeded its time limit")
 
@@ -78,14 +82,25 @@ class DomainTools:
         self.kinds = {t.name: t.kind for t in spec.tools}
         # agentscaler.schemas: a malformed schema validates nothing, so every call of that tool is invalid
         self.checks = {t.name: check(t.parameters) for t in spec.tools}
+        # flat schemas: envs.fastcheck's yes agrees with jsonschema (which still decides every no)
+        self.fast = {n: f for n, c in self.checks.items() if c.problem is None
+                     and (f := flat_checker(c.schema)) is not None}
         self._seen: dict[str, bool] = {}  # call_key -> valid (the same calls recur across trials)
+        self._gold: dict[str, list[Any]] = {}  # scenario id -> segments of its gold calls
+
+    def gold_segments(self, scenario: Scenario) -> list[Any]:
+        seg = self._gold.get(scenario.id)
+        if seg is None:
+            seg = self._gold[scenario.id] = segments([(c.name, call_key(c.name, c.arguments))
+                                                      for c in scenario.gold_calls], self.kinds)
+        return seg
 
     def valid(self, name: str, args: dict[str, Any], key: str | None = None) -> bool:
         key = key or call_key(name, args)
         ok = self._seen.get(key)
         if ok is None:
-            c = self.checks.get(name)
-            ok = self._seen[key] = c is not None and c.is_valid(args)
+            c, fast = self.checks.get(name), self.fast.get(name)
+            ok = self._seen[key] = c is not None and ((fast is not None and fast(args)) or c.is_valid(args))
         return ok
 
 
@@ -108,16 +123,21 @@ def calls_match(agent: list[tuple[str, dict[str, Any]]], gold: list[tuple[str, d
                 kinds: dict[str, str]) -> bool:
     """Exact match of calls where only commuting calls may reorder: the sequences are cut at writes;
     writes must match in order, the reads between two writes as sets (a repeated read is harmless)."""
-    def segments(calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-        out: list[Any] = [set()]
-        for name, args in calls:
-            if kinds.get(name) == "write":
-                out.append(call_key(name, args))
-                out.append(set())
-            else:
-                out[-1].add(call_key(name, args))
-        return out
-    return segments(agent) == segments(gold)
+    return segments([(n, call_key(n, a)) for n, a in agent], kinds) == \
+        segments([(n, call_key(n, a)) for n, a in gold], kinds)
+
+
+def segments(keyed: list[tuple[str, str]], kinds: dict[str, str]) -> list[Any]:
+    """calls_match's form of a call sequence ((name, call_key) pairs): each write, and the set of
+    reads between two writes."""
+    out: list[Any] = [set()]
+    for name, key in keyed:
+        if kinds.get(name) == "write":
+            out.append(key)
+            out.append(set())
+        else:
+            out[-1].add(key)
+    return out
 
 
 def _args(raw: Any) -> dict[str, Any] | None:
@@ -158,7 +178,7 @@ class Dialogue:
 
     reasons: set[str]
     calls: list[tuple[str, Any]] = field(default_factory=list)  # (name, arguments: the object, else as given)
-    parsed: list[bool] = field(default_factory=list)  # the arguments were a JSON object
+    keys: list[str | None] = field(default_factory=list)  # call_key of each call (None: arguments not an object)
     shown: list[str | None] = field(default_factory=list)  # the tool message of each call (None: none)
     user_texts: list[str] = field(default_factory=list)
     tool_texts: list[str] = field(default_factory=list)
@@ -213,6 +233,7 @@ def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools, max
                     continue
                 raw = fn.get("arguments")
                 args = _args(raw)
+                key = None
                 if args is None:
                     reasons.add("malformed_dialogue")
                 else:
@@ -227,7 +248,7 @@ def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools, max
                     reasons.add("malformed_dialogue")  # two calls of one turn share an id
                 pending[cid] = len(d.calls)
                 d.calls.append((name, raw if args is None else args))
-                d.parsed.append(args is not None)
+                d.keys.append(key)
                 d.shown.append(None)
         else:  # tool
             tcid = str(m.get("tool_call_id"))
@@ -243,7 +264,7 @@ def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools, max
         reasons.add("malformed_dialogue")
     if any(n >= max_repeats for n in call_counts.values()) or any(n >= max_repeats for n in text_counts.values()):
         reasons.add("repetition")
-    if scenario.gold_calls and not any(d.parsed):
+    if scenario.gold_calls and not any(k is not None for k in d.keys):
         reasons.add("no_tool_calls")
     if traj.end_reason == "turn_limit":
         reasons.add("turn_limit")
@@ -280,8 +301,8 @@ def judge(traj: Trajectory, scenario: Scenario, tools: DomainTools, d: Dialogue,
             reasons.add("state_mismatch")
             diff = state_diff(replay.diff or [], scenario.gold_diff)
         if scenario.read_only:
-            ok_calls = [c for c, p, r in zip(d.calls, d.parsed, replay.results) if p and r.ok]
-            if not calls_match(ok_calls, [(c.name, c.arguments) for c in scenario.gold_calls], tools.kinds):
+            ok_calls = [(c[0], k) for c, k, r in zip(d.calls, d.keys, replay.results) if k is not None and r.ok]
+            if segments(ok_calls, tools.kinds) != tools.gold_segments(scenario):
                 reasons.add("call_mismatch")
     ordered = [r for r in REASONS if r in reasons]
     if not ordered:
@@ -360,24 +381,32 @@ def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, e
     path = run_dir / TRAJECTORIES
     if not path.exists():
         raise FileNotFoundError(f"no trajectories for run {run_id} ({path})")
-    t0 = time.perf_counter()
-    trajs: list[Trajectory] = []
-    unreadable: list[str] = []
-    for where, traj, _, detail in read_trajectories(path):
-        if traj is None:
-            unreadable.append(f"{where}: {detail}"[:300])
-        else:
-            trajs.append(traj)
-    t_read = time.perf_counter()
-    report = verify_trajectories(ws, trajs, max_repeats=max_repeats, replayer=replayer)
-    t_verify = time.perf_counter()
-    rows = [{"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain, "trial": t.trial,
-             "verdict": t.verdict.model_dump() if t.verdict else None} for t in trajs]
-    atomic_write_jsonl(run_dir / "verified.jsonl", rows)
-    embedded = False
-    if embed and not _run_locked(run_dir):
-        atomic_write_text(path, "".join(t.model_dump_json() + "\n" for t in trajs))
-        embedded = True
+    # Reading, checking and writing make millions of short-lived objects, which reference counting
+    # frees; the cyclic collector would walk the whole heap again and again meanwhile (2-3x the time).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        trajs: list[Trajectory] = []
+        unreadable: list[str] = []
+        for where, traj, _, detail in read_trajectories(path):
+            if traj is None:
+                unreadable.append(f"{where}: {detail}"[:300])
+            else:
+                trajs.append(traj)
+        t_read = time.perf_counter()
+        report = verify_trajectories(ws, trajs, max_repeats=max_repeats, replayer=replayer)
+        t_verify = time.perf_counter()
+        rows = [{"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain, "trial": t.trial,
+                 "verdict": t.verdict.model_dump() if t.verdict else None} for t in trajs]
+        atomic_write_jsonl(run_dir / "verified.jsonl", rows)
+        embedded = False
+        if embed and not _run_locked(run_dir):
+            atomic_write_text(path, "".join(t.model_dump_json() + "\n" for t in trajs))
+            embedded = True
+    finally:
+        if collecting:
+            gc.enable()
     report.update(run_id=run_id, unreadable=len(unreadable), unreadable_examples=unreadable[:20],
                   embedded_in_trajectories=embedded,
                   seconds={"read": round(t_read - t0, 4), "verify": round(t_verify - t_read, 4),
@@ -404,47 +433,73 @@ def replay_domain(trajs: list[Trajectory], scenarios: list[Scenario], dialogues:
     return replays
 
 
+def _verify_domain(ws: Workspace, rep: Replayer, domain: str, trajs: list[Trajectory], max_repeats: int
+                   ) -> tuple[Counter, str | None, list[dict[str, Any]]]:
+    """Check, replay and judge one domain's trajectories (verdicts set in place): (replay counts,
+    why the domain could not replay, one pass^k row per trajectory)."""
+    counts: Counter = Counter()
+    failed = None
+    scenarios = {s.id: s for s in load_scenarios(ws, domain)}
+    rp = rep.domain(domain) if scenarios else "the domain has no scenarios"
+    try:
+        tools: DomainTools | None = DomainTools(rp.env.spec if isinstance(rp, DomainReplay)
+                                                else DomainSpec.load(ws.domain_dir(domain)))
+    except (OSError, ValueError):
+        tools = None
+    items = []
+    for t in trajs:
+        sc = scenarios.get(t.scenario_id)
+        if sc is None or tools is None:
+            t.verdict = Verdict(passed=False, reasons=["unknown_scenario"], attribution="environment")
+        else:
+            items.append((t, sc, check_dialogue(t, sc, tools, max_repeats)))
+    replays: list[Replayed | None] = [None] * len(items)
+    if items:
+        if isinstance(rp, str):
+            failed = rp
+        else:
+            try:
+                replays = list(replay_domain([i[0] for i in items], [i[1] for i in items], [i[2] for i in items],
+                                             rp, counts))
+            except Exception as exc:  # noqa: BLE001 - the sandbox failed: this domain's trajectories, not the run
+                failed = f"{type(exc).__name__}: {exc}"[:300]
+    for (t, sc, d), r in zip(items, replays):
+        t.verdict = judge(t, sc, tools, d, r)  # type: ignore[arg-type]
+    rows = [{"scenario_id": t.scenario_id, "domain": t.domain, "passed": t.verdict.passed,
+             "attribution": t.verdict.attribution, "n_gold_calls": len(scenarios[t.scenario_id].gold_calls)
+             if t.scenario_id in scenarios else 0} for t in trajs]
+    return counts, failed, rows
+
+
 def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int = 3,
-                        replayer: Replayer | None = None) -> dict[str, Any]:
+                        replayer: Replayer | None = None, threads: int = REPLAY_THREADS) -> dict[str, Any]:
     """Set .verdict on each trajectory (in place); return the funnel, attribution, pass^k and
     replay report. `replayer` keeps domains' sandbox workers open across calls (default: opened
-    here, closed at the end)."""
-    scenarios = scenario_map(ws, {t.domain for t in trajs})
-    tools: dict[str, DomainTools | None] = {}
+    here, closed at the end). Domains are checked, replayed and judged `threads` at a time (while
+    one thread waits for its sandbox child, another works)."""
     own = replayer is None
     rep = replayer or Replayer(ws.root / "domains")
-    todo: dict[str, list[tuple[Trajectory, Scenario, DomainTools, Dialogue]]] = {}
+    known = set(ws.domain_ids())
+    by_domain: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        if t.domain in known:
+            by_domain.setdefault(t.domain, []).append(t)
+        else:
+            t.verdict = Verdict(passed=False, reasons=["unknown_scenario"], attribution="environment")
     counts: Counter = Counter()
     failed_domains: dict[str, str] = {}
+    results = [{"scenario_id": t.scenario_id, "domain": t.domain, "passed": False, "attribution": "environment",
+                "n_gold_calls": 0} for t in trajs if t.domain not in known]
     t0 = time.perf_counter()
     try:
-        for t in trajs:
-            sc = scenarios.get(t.scenario_id)
-            if t.domain not in tools:
-                try:
-                    tools[t.domain] = DomainTools(DomainSpec.load(ws.domain_dir(t.domain)))
-                except (OSError, ValueError):
-                    tools[t.domain] = None
-            dt = tools[t.domain]
-            if sc is None or dt is None or sc.domain != t.domain:
-                t.verdict = Verdict(passed=False, reasons=["unknown_scenario"], attribution="environment")
-            else:
-                todo.setdefault(t.domain, []).append((t, sc, dt, check_dialogue(t, sc, dt, max_repeats)))
-        t_static = time.perf_counter()
-        for domain in sorted(todo):
-            items = todo[domain]
-            rp = rep.domain(domain)
-            replays: list[Replayed | None] = [None] * len(items)
-            if isinstance(rp, str):
-                failed_domains[domain] = rp
-            else:
-                try:
-                    replays = list(replay_domain([i[0] for i in items], [i[1] for i in items], [i[3] for i in items],
-                                                 rp, counts))
-                except Exception as exc:  # noqa: BLE001 - the sandbox failed: this domain's trajectories, not the run
-                    failed_domains[domain] = f"{type(exc).__name__}: {exc}"[:300]
-            for (t, sc, dt, d), r in zip(items, replays):
-                t.verdict = judge(t, sc, dt, d, r)
+        domains = sorted(by_domain)
+        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            done = pool.map(lambda d: _verify_domain(ws, rep, d, by_domain[d], max_repeats), domains)
+            for domain, (c, failed, rows) in zip(domains, done):
+                counts.update(c)
+                results.extend(rows)
+                if failed is not None:
+                    failed_domains[domain] = failed
     finally:
         if own:
             rep.close()
@@ -453,10 +508,8 @@ def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int
     attribution: Counter = Counter()
     funnel = Counter()
     missing = 0
-    results = []
     for t in trajs:
         v = t.verdict
-        sc = scenarios.get(t.scenario_id)
         missing += "unknown_scenario" in v.reasons
         reasons.update(v.reasons)
         attribution[v.attribution] += 1
@@ -465,8 +518,6 @@ def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int
             if failed_so_far & codes:
                 break
             funnel[stage] += 1
-        results.append({"scenario_id": t.scenario_id, "domain": t.domain, "passed": v.passed,
-                        "attribution": v.attribution, "n_gold_calls": len(sc.gold_calls) if sc else 0})
     passed = sum(r["passed"] for r in results)
     return {"trajectories": len(trajs), "passed": passed, "failed": len(trajs) - passed,
             "pass_rate": round(passed / len(trajs), 6) if trajs else None,
@@ -476,4 +527,4 @@ def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int
             "pass^k": passk_report(results), "pass^k_raw": passk_report(results, agent_only=False),
             "replay": {"trajectories": counts["replayed"], "replayed_fresh": counts["replayed_fresh"],
                        "unstable": counts["unstable"], "failed_domains": failed_domains,
-                       "seconds": {"static": round(t_static - t0, 4), "replay": round(t_end - t_static, 4)}}}
+                       "seconds": round(t_end - t0, 4)}}
