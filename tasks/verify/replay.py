@@ -50,7 +50,7 @@ class DomainReplay:
         self.owned = env is None
         self.env = env if env is not None else Environment.open(domain_dir, spin_us=0)
         self.oracle = self.env.state_oracle()
-        self.seed_hash = self.oracle.hash(self.oracle.seed)
+        self.seed_hash = self.oracle.plan.combine(self.oracle.seed_digests)  # kept since the oracle was built
         self._hashes: OrderedDict[bytes, str] = OrderedDict()  # final image -> hash (this verification's)
 
     def _hash(self, image: bytes | None) -> str:
