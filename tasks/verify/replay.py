@@ -18,6 +18,7 @@ an episode that committed no write ended at the seed. Identical final images are
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,14 +52,15 @@ class DomainReplay:
         self.env = env if env is not None else Environment.open(domain_dir, spin_us=0)
         self.oracle = self.env.state_oracle()
         self.seed_hash = self.oracle.plan.combine(self.oracle.seed_digests)  # kept since the oracle was built
-        self._hashes: OrderedDict[bytes, str] = OrderedDict()  # final image -> hash (this verification's)
+        self._hashes: OrderedDict[bytes, str] = OrderedDict()  # sha256 of a final image -> its state hash
 
     def _hash(self, image: bytes | None) -> str:
         if image is None:
             return self.seed_hash
-        h = self._hashes.get(image)
+        key = hashlib.sha256(image).digest()  # the bytes' own digest (not a state hash): equal images, one hash
+        h = self._hashes.get(key)
         if h is None:
-            h = self._hashes[image] = self.oracle.hash(image)
+            h = self._hashes[key] = self.oracle.hash(image)
             if len(self._hashes) > HASH_CACHE:
                 self._hashes.popitem(last=False)
         return h
