@@ -6,8 +6,10 @@ train scenario, run `gold-replay`), verified with `verify_run` (read + static ch
 verdicts + write), medians over repeats:
   - static checks alone (check_dialogue: form, schemas, repetition; no replay, no outcome);
   - replay verification with the domains' sandbox workers already open (a verifier that keeps
-    them, as a long-lived one does): each repeat starts with cold caches (new state oracles, no
-    remembered hashes, new argument validators);
+    them, as a long-lived one does): each repeat starts with cold caches (no remembered image
+    hashes, new argument validators; an environment's state oracle keeps its seed digests, built
+    when it was opened); with the CPU time per trajectory in the verifier's process and in the
+    sandbox processes (/proc), which the machine's load changes far less than wall time;
   - replay verification from nothing (opening every domain's worker inside the timed run): once;
   - a fresh sandbox child per trajectory (Environment.replay(fresh=True): the rollout's own
     isolation) on a sample, for the cost of the trade tasks/verify/replay.py makes.
@@ -24,6 +26,7 @@ rule-based synthesizer, gold replays: several minutes).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -81,13 +84,41 @@ def stage(ws: Workspace, src: Path, run: str) -> None:
 
 
 def static_alone(ws: Workspace, trajs: list[Trajectory]) -> float:
-    """Seconds for the static checks of every trajectory (new validators: cold)."""
-    t0 = time.perf_counter()
-    scenarios = scenario_map(ws, {t.domain for t in trajs})
-    tools = {d: DomainTools(DomainSpec.load(ws.domain_dir(d))) for d in {t.domain for t in trajs}}
-    for t in trajs:
-        check_dialogue(t, scenarios[t.scenario_id], tools[t.domain])
-    return time.perf_counter() - t0
+    """Seconds for the static checks of every trajectory, scenarios and specs loaded (new
+    validators: cold), the cyclic GC paused as verify_run pauses it."""
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        scenarios = scenario_map(ws, {t.domain for t in trajs})
+        tools = {d: DomainTools(DomainSpec.load(ws.domain_dir(d))) for d in {t.domain for t in trajs}}
+        for t in trajs:
+            check_dialogue(t, scenarios[t.scenario_id], tools[t.domain])
+        return time.perf_counter() - t0
+    finally:
+        gc.enable()
+
+
+def sandbox_cpu_s(envs: list[Environment]) -> float:
+    """CPU seconds used so far by these environments' sandbox processes (bubblewrap, the zygote and
+    its children: the live ones' own time, the reaped ones' through their parent), from /proc."""
+    kids: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        kids.setdefault(int(fields[1]), []).append(int(p))
+        ticks[int(p)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    total, stack = 0, [e.worker.proc.pid for e in envs if e.worker.proc is not None]
+    while stack:
+        pid = stack.pop()
+        total += ticks.get(pid, 0)
+        stack.extend(kids.get(pid, []))
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def row(name: str, n: int, times: list[float], reports: list[dict] | None = None, **extra) -> dict:
@@ -125,15 +156,18 @@ def bench_workspace(ws: Workspace, repeats: int, sample: int) -> list[dict]:
     envs = {d: Environment.open(ws.domain_dir(d), spin_us=0) for d in domains}
     open_s = time.perf_counter() - t0
     try:
-        times, reports = [], []
+        times, reports, cpu = [], [], []
         for _ in range(repeats):
             stage(ws, src, "bench-verify")
-            t0 = time.perf_counter()
-            with Replayer(ws.root / "domains", envs) as rp:  # new oracles and hash caches: cold
+            s0, c0, t0 = sandbox_cpu_s(list(envs.values())), time.process_time(), time.perf_counter()
+            with Replayer(ws.root / "domains", envs) as rp:  # new hash caches, DomainTools: cold
                 reports.append(verify_run(ws, "bench-verify", replayer=rp))
             times.append(time.perf_counter() - t0)
+            cpu.append((time.process_time() - c0, sandbox_cpu_s(list(envs.values())) - s0))
         rows.append(row("real workspace: replay verification, workers open", len(trajs), times, reports,
-                        load=[ld, load()], workers_opened_s=round(open_s, 2)))
+                        load=[ld, load()], workers_opened_s=round(open_s, 2),
+                        cpu_ms_per_trajectory={"verifier": round(1000 * statistics.median(c for c, _ in cpu) / len(trajs), 3),
+                                               "sandbox": round(1000 * statistics.median(s for _, s in cpu) / len(trajs), 3)}))
 
         ld = load()
         picked = trajs[:: max(1, len(trajs) // sample)][:sample]

@@ -494,7 +494,8 @@ def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int
     try:
         domains = sorted(by_domain)
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            done = pool.map(lambda d: _verify_domain(ws, rep, d, by_domain[d], max_repeats), domains)
+            done = (pool.map if threads > 1 and len(domains) > 1 else map)(
+                lambda d: _verify_domain(ws, rep, d, by_domain[d], max_repeats), domains)
             for domain, (c, failed, rows) in zip(domains, done):
                 counts.update(c)
                 results.extend(rows)
