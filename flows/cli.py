@@ -470,6 +470,8 @@ def verify_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (de
         return
     Console().print({k: rep[k] for k in ("run_id", "trajectories", "passed", "pass_rate", "funnel", "reasons",
                                          "attribution")})
+    Console().print({"replay": {k: v for k, v in rep["replay"].items() if k != "failed_domains"}
+                     | {"failed_domains": len(rep["replay"]["failed_domains"])}})
     if imported is not None:
         Console().print({"import": {k: imported[k] for k in ("file", "rows", "matched", "rejected")}})
         for r in imported["rejected_rows"][:20]:

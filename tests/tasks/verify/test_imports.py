@@ -23,14 +23,6 @@ from tests.conftest import load_shop_builder
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
-    ws = Workspace(tmp_path_factory.mktemp("imports"))
-    load_shop_builder()(ws.domain_dir("shop"))
-    build_scenarios(ws, "shop", per_domain=12, seed=1)
-    return ws
-
-
-@pytest.fixture(scope="module")
 def golds(ws: Workspace) -> list[Trajectory]:
     with Environment.open(ws.domain_dir("shop")) as env:
         return [gold_trajectory(s, env, env.tools(), "You are an agent.", "native") for s in load_scenarios(ws, "shop")]

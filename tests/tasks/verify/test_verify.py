@@ -29,14 +29,6 @@ from tests.conftest import load_shop_builder
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
-    ws = Workspace(tmp_path_factory.mktemp("verify"))
-    load_shop_builder()(ws.domain_dir("shop"))
-    build_scenarios(ws, "shop", per_domain=12, seed=1)
-    return ws
-
-
-@pytest.fixture(scope="module")
 def env(ws: Workspace):
     with Environment.open(ws.domain_dir("shop")) as e:
         yield e
