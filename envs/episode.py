@@ -20,12 +20,11 @@ SandboxError until the next reset.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agentscaler.schemas import check
+from agentscaler.schemas import check, value_problem
 from envs import store
 from envs.fastcheck import flat_checker
 from envs.sandbox import RequestTooLarge, SandboxError, WorkerCrashed, WorkerProcess
@@ -38,19 +37,18 @@ STATE_TIMEOUT = 120.0  # reset / restore / snapshot on big databases
 _SEED = object()  # Environment._image: the state is the seed
 
 
-def _nonfinite(value: Any) -> bool:
-    """True when value holds a NaN or an infinity (not JSON; NaN passes every numeric bound)."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, float):
-            if not math.isfinite(v):
-                return True
-        elif isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-    return False
+def _unpack(call: Any, pairs: bool = False) -> tuple[Any, Any] | ToolResult:
+    """(name, arguments) of one tool call: an object with .name/.arguments, {"name", "arguments"},
+    the OpenAI {"function": {...}} shape, or (with pairs) a (name, arguments) pair; else a tool error."""
+    if hasattr(call, "name") and hasattr(call, "arguments"):
+        return call.name, call.arguments
+    fn = call.get("function", call) if isinstance(call, dict) else None
+    if isinstance(fn, dict):
+        return fn.get("name"), fn.get("arguments")
+    if pairs and isinstance(call, (tuple, list)) and len(call) == 2:
+        return call[0], call[1]
+    shown = type(fn if isinstance(call, dict) else call).__name__
+    return ToolResult(False, None, f"a tool call must be an object with name and arguments, got {shown}")
 
 
 def _same_output(a: Any, b: Any) -> bool:
@@ -198,13 +196,16 @@ class Environment:
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except ValueError as exc:
                 return None, ToolResult(False, None, f"arguments of {name} are not valid JSON: {exc}")
+            except RecursionError:
+                return None, ToolResult(False, None, f"arguments of {name} nest too deeply to read")
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
             return None, ToolResult(False, None, f"arguments of {name} must be a JSON object, "
                                                  f"got {type(arguments).__name__}")
-        if _nonfinite(arguments):
-            return None, ToolResult(False, None, f"arguments of {name} hold NaN or Infinity, which are not JSON numbers")
+        problem = value_problem(arguments)  # before any check: every check may recurse into the value
+        if problem is not None:
+            return None, ToolResult(False, None, f"invalid arguments for {name}: {problem}")
         fast = self._fast.get(name)
         if fast is not None and fast(arguments):
             return name, arguments
@@ -234,7 +235,7 @@ class Environment:
         except RequestTooLarge as exc:  # nothing was sent
             self._image = before
             return ToolResult(False, None, f"arguments of {name} are too large: {exc}")
-        except (TypeError, ValueError) as exc:  # raised while encoding, before anything was sent
+        except (TypeError, ValueError, RecursionError) as exc:  # raised while encoding, before anything was sent
             self._image = before
             return ToolResult(False, None, f"arguments of {name} are not JSON-serializable: {exc}")
         except WorkerCrashed as exc:
@@ -249,35 +250,27 @@ class Environment:
     def step(self, tool_call: Any) -> ToolResult:
         """call() taking one tool call: {"name", "arguments"}, the OpenAI {"function": {...}} shape,
         or an object with .name/.arguments."""
-        if hasattr(tool_call, "name") and hasattr(tool_call, "arguments"):
-            return self.call(tool_call.name, tool_call.arguments)
-        if not isinstance(tool_call, dict):
-            return ToolResult(False, None, f"a tool call must be an object with name and arguments, got "
-                                           f"{type(tool_call).__name__}")
-        fn = tool_call.get("function", tool_call)
-        return self.call(fn.get("name"), fn.get("arguments"))
+        got = _unpack(tool_call)
+        return got if isinstance(got, ToolResult) else self.call(*got)
 
-    @staticmethod
-    def _unpack(call: Any) -> tuple[Any, Any]:
-        """(name, arguments) of an object with .name/.arguments, a {"name", "arguments"} or OpenAI
-        {"function": {...}} dict, or a (name, arguments) pair."""
-        if hasattr(call, "name") and hasattr(call, "arguments"):
-            return call.name, call.arguments
-        if isinstance(call, dict):
-            fn = call.get("function", call)
-            return fn.get("name"), fn.get("arguments")
-        return call
+    def _prepared(self, call: Any) -> tuple[str, Any] | ToolResult:
+        """(name, checked arguments) of one call as call_batch/replay take it, or its error result."""
+        got = _unpack(call, pairs=True)
+        if isinstance(got, ToolResult):
+            return got
+        n, a = self._check(*got)
+        return a if n is None else (n, a)
 
     def call_batch(self, calls: list[Any]) -> list[ToolResult]:
         """Many calls in one pipe round trip (gold execution). Same results as calling one by one."""
         results: list[ToolResult | None] = [None] * len(calls)
         send: list[tuple[int, str, dict[str, Any]]] = []
         for i, c in enumerate(calls):
-            n, a = self._check(*self._unpack(c))
-            if n is None:
-                results[i] = a  # type: ignore[assignment]
+            got = self._prepared(c)
+            if isinstance(got, ToolResult):
+                results[i] = got
             else:
-                send.append((i, n, a))  # type: ignore[arg-type]
+                send.append((i, *got))
         if send and self._failed:
             for i, _, _ in send:
                 results[i] = ToolResult(False, None, self._lost())
@@ -328,8 +321,7 @@ class Environment:
         self._failed = "the environment replayed other episodes since the last reset"
         per = max(1, min(256, max_bytes // max(len(self._seed_bytes()), 1)))
         for lo in range(0, len(episodes), per):
-            chunk = [[a if n is None else (n, a) for n, a in (self._check(*self._unpack(c)) for c in calls)]
-                     for calls in episodes[lo:lo + per]]
+            chunk = [[self._prepared(c) for c in calls] for calls in episodes[lo:lo + per]]
             got = None if fresh else self._replay_shared(chunk)
             if got is None:
                 got = [self._replay_fresh(ep) for ep in chunk]
