@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
 from envs.episode import Environment
-from envs.sandbox import bwrap_works
 from envs.state import StateOracle
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "domains" / "shop"))
-UNSAFE = not bwrap_works()  # about the API, not isolation (as tests/envs/test_episode.py)
-from build import build_shop  # noqa: E402
+# the shop fixture's `shop` and `env` fixtures, and the sandbox mode those API tests run in
+from tests.envs.test_episode import UNSAFE, build_shop, env, shop  # noqa: F401
 
 EPISODES = [
     [("get_user", {"user_id": "u1"}), ("list_user_orders", {"user_id": "u1"})],  # reads only
@@ -24,17 +16,6 @@ EPISODES = [
      ("update_email", {"user_id": "u2", "email": "alan@turing.org"})],
     [],
 ]
-
-
-@pytest.fixture(scope="module")
-def shop(tmp_path_factory) -> Path:
-    return build_shop(tmp_path_factory.mktemp("ws") / "shop")
-
-
-@pytest.fixture(scope="module")
-def env(shop):
-    with Environment.open(shop, unsafe=UNSAFE) as e:
-        yield e
 
 
 def one_by_one(env: Environment, calls: list) -> tuple[list[str], str]:
