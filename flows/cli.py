@@ -460,7 +460,7 @@ def verify_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (de
             imported = import_run(ws, import_file, run)
             run = imported["run_id"]
         rep = verify_run(ws, run)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, FileExistsError) as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(1)
     if imported is not None:

@@ -155,17 +155,27 @@ def read_import(ws: Workspace, path: Path, run_id: str) -> tuple[list[Trajectory
 
 def import_run(ws: Workspace, path: Path, run_id: str | None = None) -> dict[str, Any]:
     """Write the matched rows of FILE.jsonl as a rollout run (rollouts/<run>/trajectories.jsonl, and
-    import.json with every rejected row); returns the import summary. Verify the run afterwards."""
+    import.json with every rejected row); returns the import summary. Verify the run afterwards.
+    A run that already holds trajectories is never overwritten, except by a re-import of the same file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no file {path}")
-    run_id = run_id or "import-" + content_hash(path.read_bytes().decode("utf-8", "replace"))[:12]
-    trajs, rejected = read_import(ws, path, run_id)
+    source = content_hash(path.read_bytes().decode("utf-8", "replace"))
+    run_id = run_id or "import-" + source[:12]
     run_dir = ws.rollout_dir(run_id)
+    if (run_dir / TRAJECTORIES).exists():  # only the same file's earlier import is replaced
+        try:
+            earlier = json.loads((run_dir / "import.json").read_text("utf-8")).get("source_hash")
+        except (OSError, ValueError, AttributeError):
+            earlier = None
+        if earlier != source:
+            raise FileExistsError(f"run {run_id} already holds other trajectories ({run_dir / TRAJECTORIES}); "
+                                  f"import under another --run")
+    trajs, rejected = read_import(ws, path, run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / TRAJECTORIES, "".join(t.model_dump_json() + "\n" for t in trajs))
     reasons = Counter(r["reason"] for r in rejected)
-    summary = {"run_id": run_id, "file": str(path), "rows": len(trajs) + len(rejected), "matched": len(trajs),
+    summary = {"run_id": run_id, "file": str(path), "source_hash": source, "rows": len(trajs) + len(rejected), "matched": len(trajs),
                "rejected": {r: reasons.get(r, 0) for r in REJECTIONS}, "rejected_rows": rejected}
     atomic_write_json(run_dir / "import.json", summary)
     return summary

@@ -119,3 +119,21 @@ def test_cli_verify_import(ws: Workspace, golds: list[Trajectory], tmp_path: Pat
     assert out["replay"]["trajectories"] == 3
     res = CliRunner().invoke(app, ["-w", str(ws.root), "verify", "--import", str(tmp_path / "missing.jsonl")])
     assert res.exit_code == 1
+
+
+def test_an_import_never_overwrites_another_run(ws: Workspace, golds: list[Trajectory], tmp_path: Path) -> None:
+    native = ws.rollout_dir("kept")
+    native.mkdir(parents=True)
+    (native / TRAJECTORIES).write_text("".join(t.model_dump_json() + "\n" for t in golds[:2]))
+    first = _write(tmp_path / "first.jsonl", [{"scenario_id": golds[0].scenario_id, "messages": golds[0].messages}])
+    with pytest.raises(FileExistsError, match="kept"):
+        import_run(ws, first, "kept")
+    assert len(load_trajectories(ws, "kept")) == 2
+    assert import_run(ws, first, "mine")["matched"] == 1
+    assert import_run(ws, first, "mine")["matched"] == 1  # the same file again: replaced, not duplicated
+    assert len(load_trajectories(ws, "mine")) == 1
+    second = _write(tmp_path / "second.jsonl", [{"scenario_id": golds[1].scenario_id, "messages": golds[1].messages}])
+    with pytest.raises(FileExistsError):
+        import_run(ws, second, "mine")
+    res = CliRunner().invoke(app, ["-w", str(ws.root), "verify", "--import", str(second), "--run", "kept"])
+    assert res.exit_code == 1 and "already holds" in res.output
