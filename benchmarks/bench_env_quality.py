@@ -47,7 +47,8 @@ from tasks.environments.verbs import classify  # noqa: E402
 from tasks.rollouts.gold import gold_trajectory  # noqa: E402
 from tasks.scenarios.arguments import StateView  # noqa: E402
 from tasks.scenarios.quality import is_empty, scenario_quality  # noqa: E402
-from tasks.verify.verify import DomainTools, verify_trajectory  # noqa: E402
+from tasks.verify.replay import Replayer  # noqa: E402
+from tasks.verify.verify import verify_trajectories  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 LABELLED = ROOT / "tests" / "data" / "labelled_kinds.json"
@@ -191,15 +192,15 @@ def measure_domain(ws: Workspace, did: str, unsafe: bool) -> dict[str, Any]:
         row.update(sq)
         empty = Counter(c.name for s in scen for c in s.gold_calls if c.kind == "read" and is_empty(c.output))
         row["empty_read_tools"] = dict(empty.most_common(3))
-        # gold replay -> verifier
-        tools = DomainTools(spec)
+        # gold replay -> verifier (which replays each trajectory in the same sandbox worker)
         schemas = [t.openai_schema() for t in spec.tools]
+        trajs = [gold_trajectory(s, env, schemas, "system", "bench-quality") for s in scen]
+        with Replayer(ws.root / "domains", envs={did: env}) as rp:
+            verify_trajectories(ws, trajs, replayer=rp)
         passed, reasons = 0, Counter()
-        for s in scen:
-            traj = gold_trajectory(s, env, schemas, "system", "bench-quality")
-            verdict = verify_trajectory(traj, s, tools)
-            passed += verdict.passed
-            reasons.update(verdict.reasons)
+        for t in trajs:
+            passed += t.verdict.passed
+            reasons.update(t.verdict.reasons)
         row["replays"] = len(scen)
         row["replays_verified"] = passed
         row["replay_verified"] = round(passed / len(scen), 4) if scen else None

@@ -17,7 +17,8 @@ from tasks.rollouts.gold import gold_trajectory
 from tasks.scenarios.build import build_scenarios
 from tasks.scenarios.intents import asks_for_change, plain
 from tasks.scenarios.quality import is_empty, scenario_kind, scenario_quality
-from tasks.verify.verify import DomainTools, verify_trajectory
+from tasks.verify.replay import Replayer
+from tasks.verify.verify import verify_trajectories
 from tests.tasks.environments.services import service_record, service_tools
 
 UNSAFE = unsafe_from_env()
@@ -55,12 +56,15 @@ def test_intents_are_plain_and_a_read_only_one_asks_for_no_change(ws: Workspace)
 def test_every_gold_replay_passes_verification(ws: Workspace):
     for d in DOMAINS:
         spec = DomainSpec.load(ws.domain_dir(d))
-        tools, schemas = DomainTools(spec), [t.openai_schema() for t in spec.tools]
+        schemas = [t.openai_schema() for t in spec.tools]
         env = Environment.open(ws.domain_dir(d), unsafe=UNSAFE)
         try:
-            for s in load_scenarios(ws, d):
-                verdict = verify_trajectory(gold_trajectory(s, env, schemas, "system", "t"), s, tools)
-                assert verdict.passed, (d, s.gold_calls, verdict.reasons)
+            scen = load_scenarios(ws, d)
+            trajs = [gold_trajectory(s, env, schemas, "system", "t") for s in scen]
+            with Replayer(ws.root / "domains", envs={d: env}) as rp:
+                verify_trajectories(ws, trajs, replayer=rp)
+            for s, t in zip(scen, trajs):
+                assert t.verdict.passed, (d, s.gold_calls, t.verdict.reasons)
         finally:
             env.close()
 
