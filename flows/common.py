@@ -1,16 +1,35 @@
-"""What every flow shares: a catalog run record, per-domain fan-out, and the summary artifact."""
+"""What every flow shares: a catalog run record, per-domain fan-out, the summary artifact, and the
+endpoint's request slots."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from prefect.artifacts import create_markdown_artifact
+from prefect.concurrency.asyncio import concurrency
+from prefect.settings import get_current_settings
 
 from agentscaler.catalog import Catalog
 from agentscaler.hashing import content_hash
+from agentscaler.llm import REQUEST_SLOT
+
+# The global concurrency limit that guards the shared model endpoint (created by `agentscaler deploy`).
+ENDPOINT_LIMIT = "vllm-endpoint"
+
+
+def endpoint_slot() -> contextlib.AbstractAsyncContextManager[Any]:
+    """One slot of ENDPOINT_LIMIT for one request in flight when a Prefect server is configured
+    (PREFECT_API_URL), else nothing: local runs have no server to hold the count."""
+    if not get_current_settings().api.url:
+        return contextlib.nullcontext()
+    return concurrency(ENDPOINT_LIMIT, occupy=1, strict=False)
+
+
+REQUEST_SLOT["factory"] = endpoint_slot  # every LLMClient request in a process that runs flows
 
 
 @contextmanager
