@@ -79,7 +79,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
     ws = Workspace(workspace_path())
     summary = Catalog(ws.catalog_path).domain_summary()
     if as_json:
-        emit({"domains": [{k: d[k] for k in ("domain", "status", "attempts", "error")} for d in summary["domains"]],
+        emit({"domains": [{k: d[k] for k in ("domain", "status", "attempts", "error", "worker")} for d in summary["domains"]],
               "counts": summary["counts"]})
         return
     table = Table(title=f"domains in {ws.root}")
@@ -164,13 +164,14 @@ def build_cmd(synth: str = typer.Option("rules", "--synth", help="rules | llm"),
               max_length: int = typer.Option(4, "--max-length", help="Longest walk."),
               seed: int = typer.Option(0, "--seed"),
               limit: Optional[int] = typer.Option(None, "--limit", help="At most N domains."),
+              batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Domains per batch run when the deployment spreads batches over workers (default $AGENTSCALER_BATCH_SIZE or 25)."),
               deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
               wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Flow build_environments: synthesize + scenarios, one Prefect task per domain."""
     out = _run_flow_or_deployment("build-environments", deployment, {
         "workspace": str(workspace_path().resolve()), "synth": synth, "per_domain": per_domain,
-        "max_length": max_length, "seed": seed, "limit": limit}, wait)
+        "max_length": max_length, "seed": seed, "limit": limit, "batch_size": batch_size}, wait)
     emit(out) if as_json else Console().print(out)
     _finish_trigger(out, wait)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,11 @@ import yaml
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import (DeploymentScheduleCreate, GlobalConcurrencyLimitCreate,
                                             GlobalConcurrencyLimitUpdate, WorkPoolCreate)
+from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.schedules import CronSchedule
 from prefect.deployments import run_deployment
+from prefect.events.actions import ChangeFlowRunState
+from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.exceptions import ObjectNotFound
 from prefect.flows import load_flow_from_entrypoint
 from prefect.settings import get_current_settings
@@ -31,6 +35,9 @@ from prefect.workers.process import ProcessWorker
 import flows
 
 PREFECT_YAML = Path(__file__).resolve().parents[1] / "deployments" / "prefect.yaml"
+ZOMBIES = "agentscaler: crash flow runs without a heartbeat"
+FINAL_EVENTS = {"prefect.flow-run.Completed", "prefect.flow-run.Failed", "prefect.flow-run.Cancelled",
+                "prefect.flow-run.Crashed"}
 
 
 class DeployError(RuntimeError):
@@ -88,22 +95,48 @@ def plan(spec: dict[str, Any], workspace: str, home: Path) -> list[dict[str, Any
             raise DeployError(f"deployment {name}: entrypoint {dep.get('entrypoint')!r} does not load: "
                               f"{type(exc).__name__}: {exc}") from None
         params = {**(dep.get("parameters") or {}), "workspace": workspace}
+        job_variables = dict(dep["work_pool"].get("job_variables") or dep.get("job_variables") or {})
+        # every flow run sends a heartbeat, so one whose worker died is marked Crashed (zombie_automation)
+        job_variables["env"] = {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(_heartbeat_s(spec)),
+                                **(job_variables.get("env") or {})}
         schedules = [DeploymentScheduleCreate(schedule=CronSchedule(cron=s["cron"], timezone=s.get("timezone", "UTC")),
                                               active=s.get("active", True)) for s in dep.get("schedules") or []]
         out.append({"flow_name": flow.name, "name": name, "entrypoint": dep["entrypoint"], "work_pool_name": pool,
                     "work_queue_name": dep["work_pool"].get("work_queue_name"), "parameters": params,
                     "description": dep.get("description") or flow.description, "tags": dep.get("tags") or [],
                     "schedules": schedules, "concurrency_limit": dep.get("concurrency_limit"),
-                    "job_variables": (dep["work_pool"].get("job_variables") or dep.get("job_variables") or {}),
+                    "job_variables": job_variables,
                     "parameter_openapi_schema": parameter_schema(flow).model_dump_for_openapi(),
                     "pull_steps": spec.get("pull") or []})
     return out
 
 
+def _heartbeat_s(spec: dict[str, Any]) -> int:
+    """The file's agentscaler.heartbeat_s (Prefect accepts 30 s or more)."""
+    return int((spec.get("agentscaler") or {}).get("heartbeat_s", 30))
+
+
+def _silence_s(spec: dict[str, Any]) -> int:
+    """AGENTSCALER_ZOMBIE_AFTER_S, else the file's agentscaler.zombie_after_s, else 3 heartbeats."""
+    return int(os.environ.get("AGENTSCALER_ZOMBIE_AFTER_S") or (spec.get("agentscaler") or {}).get("zombie_after_s")
+               or 3 * _heartbeat_s(spec))
+
+
+def zombie_automation(spec: dict[str, Any]) -> AutomationCore:
+    """Prefect's recipe for dead workers: a flow run whose heartbeats stop for a while without a
+    final state is marked Crashed, so whoever waits on it (build-environments' batches) moves on."""
+    silence = _silence_s(spec)
+    return AutomationCore(
+        name=ZOMBIES, description="The worker running the flow run died (killed, host lost).",
+        trigger=EventTrigger(after={"prefect.flow-run.heartbeat"}, expect={"prefect.flow-run.heartbeat", *FINAL_EVENTS},
+                             match={"prefect.resource.id": ["prefect.flow-run.*"]}, for_each={"prefect.resource.id"},
+                             posture=Posture.Proactive, threshold=1, within=timedelta(seconds=silence)),
+        actions=[ChangeFlowRunState(state=StateType.CRASHED,
+                                    message=f"no heartbeat for {silence} s: its worker or host died")])
+
+
 async def _deploy(spec: dict[str, Any], planned: list[dict[str, Any]], url: str) -> dict[str, Any]:
     async with get_client() as client:
-        if (err := await client.api_healthcheck()) is not None:
-            raise DeployError(f"the Prefect server at PREFECT_API_URL={url} does not answer: {type(err).__name__}: {err}")
         extra = spec.get("agentscaler") or {}
         pools = []
         for p in extra.get("work_pools", []):
@@ -125,6 +158,12 @@ async def _deploy(spec: dict[str, Any], planned: list[dict[str, Any]], url: str)
                 await client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=lim["name"],
                                                                                           limit=lim["limit"]))
                 limits.append({"name": lim["name"], "limit": lim["limit"], "created": True})
+        automation = zombie_automation(spec)
+        existing = await client.read_automations_by_name(ZOMBIES)
+        if existing:
+            await client.update_automation(existing[0].id, automation)
+        else:
+            await client.create_automation(automation)
         deployments = []
         for d in planned:
             flow_id = await client.create_flow_from_name(d["flow_name"])
@@ -142,12 +181,20 @@ async def _deploy(spec: dict[str, Any], planned: list[dict[str, Any]], url: str)
             deployments.append({"name": f"{d['flow_name']}/{d['name']}", "id": str(dep_id), "pool": d["work_pool_name"],
                                 "schedules": [{"cron": c, "timezone": tz} for c, tz in sorted(wanted)],
                                 "workspace": d["parameters"]["workspace"]})
-    return {"api_url": url, "work_pools": pools, "concurrency_limits": limits, "deployments": deployments}
+    return {"api_url": url, "work_pools": pools, "concurrency_limits": limits, "deployments": deployments,
+            "automations": [{"name": ZOMBIES, "created": not existing}]}
+
+
+async def _check_server(url: str) -> None:
+    async with get_client() as client:
+        if (err := await client.api_healthcheck()) is not None:
+            raise DeployError(f"the Prefect server at PREFECT_API_URL={url} does not answer: {type(err).__name__}: {err}")
 
 
 def deploy(workspace: str, path: Path = PREFECT_YAML) -> dict[str, Any]:
     """Register everything in `path` on the server at PREFECT_API_URL; the --json of `agentscaler deploy`."""
     url = api_url()
+    asyncio.run(_check_server(url))
     spec = load_spec(path)
     home = project_home()
     planned = plan(spec, workspace, home)
@@ -168,10 +215,8 @@ def trigger(flow_name: str, deployment: str, params: dict[str, Any], wait: bool 
     final state. The result names the run, its state and its page in the UI."""
     url = api_url()
     name = deployment if "/" in deployment else f"{flow_name}/{deployment}"
-    try:
-        known = asyncio.run(_deployment_names())
-    except Exception as exc:  # noqa: BLE001 - any failure to talk to the server ends here, named
-        raise DeployError(f"the Prefect server at PREFECT_API_URL={url} does not answer: {type(exc).__name__}: {exc}") from None
+    asyncio.run(_check_server(url))
+    known = asyncio.run(_deployment_names())
     if name not in known:
         raise DeployError(f"no deployment {name!r} on {url}; known: {', '.join(known) or 'none (run agentscaler deploy)'}")
     fr = run_deployment(name=name, parameters=params, timeout=None if wait else 0, poll_interval=poll_s)
