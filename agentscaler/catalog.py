@@ -113,7 +113,8 @@ def _add_missing_columns(eng: Engine) -> None:
             have = {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table.name})")}
             for col in table.columns:
                 if col.name not in have:
-                    conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {col.type.compile(eng.dialect)}")
+                    kind = col.type.compile(eng.dialect)
+                    conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {kind}")
         conn.commit()
 
 

@@ -38,7 +38,8 @@ from agentscaler.schemas import MAX_VALUE_DEPTH, check, nesting
 
 __all__ = [
     "ChatReply", "LLMClient", "LLMError", "LLMFormatError", "LLMHTTPError", "LLMServerExited", "LLMTimeoutError",
-    "LLMTransportError", "LOCAL_SERVERS", "REQUEST_SLOT", "is_transient", "parse_hermes_tool_calls", "parse_json_reply", "parse_reply",
+    "LLMTransportError", "LOCAL_SERVERS", "REQUEST_SLOT", "is_transient", "parse_hermes_tool_calls", "parse_json_reply",
+    "parse_reply",
 ]
 
 # Endpoints served by a process this one started (agentscaler.llm_server.serve_process): base URL ->
