@@ -47,6 +47,8 @@ llama:
 sysdeps:
 	# bubblewrap: the sandbox's namespace layer (Debian). Needs root, as on CI and dev machines.
 	(apt-get update -qq && apt-get install -y -qq bubblewrap) || echo "warning: could not install bubblewrap"
+	# docker-compose: `compose config` checks docker-compose.yml in tests/deployments (no engine needed).
+	apt-get install -y -qq docker-compose || echo "warning: could not install docker-compose"
 
 demo: install
 	$(BIN)/agentscaler --workspace workspace demo

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import socket
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,14 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from agentscaler.workspace import file_lock
 
 STATUSES = ("pending", "running", "done", "failed")
+
+
+def worker_id() -> str:
+    """Who is doing a domain's work: host and pid of the process (a flow run, or the CLI), prefixed
+    with the Prefect worker's name when a worker started it (the worker sets PREFECT__WORKER_NAME)."""
+    where = f"{socket.gethostname()}:{os.getpid()}"
+    name = os.environ.get("PREFECT__WORKER_NAME")
+    return f"{name}@{where}" if name else where
 
 
 def _now() -> dt.datetime:
@@ -50,6 +60,7 @@ class DomainStage(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     artifact: Mapped[str | None] = mapped_column(String, nullable=True)  # content hash of the output
+    worker: Mapped[str | None] = mapped_column(String, nullable=True)  # host:pid of the last process to mark it
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=_now, onupdate=_now)
 
 
@@ -90,8 +101,21 @@ def engine_for(path: Path) -> Engine:
         # create_all checks then creates: two processes opening a new catalog at once would race.
         with file_lock(Path(key + ".lock")):
             Base.metadata.create_all(eng)
+            _add_missing_columns(eng)
         _ENGINES[key] = eng
     return _ENGINES[key]
+
+
+def _add_missing_columns(eng: Engine) -> None:
+    """A catalog written before a column existed gets it (nullable), so old workspaces still open."""
+    with eng.connect() as conn:
+        for table in Base.metadata.sorted_tables:
+            have = {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table.name})")}
+            for col in table.columns:
+                if col.name not in have:
+                    kind = col.type.compile(eng.dialect)
+                    conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {kind}")
+        conn.commit()
 
 
 class Catalog:
@@ -137,6 +161,7 @@ class Catalog:
                 row = DomainStage(domain=domain, stage=stage, attempts=0)
                 s.add(row)
             row.status = status
+            row.worker = worker_id()
             if status == "running":
                 row.attempts = (row.attempts or 0) + 1
             if status == "failed":
@@ -151,7 +176,8 @@ class Catalog:
             row = s.get(DomainStage, (domain, stage))
             if row is None:
                 return None
-            return {"status": row.status, "attempts": row.attempts, "error": row.last_error, "artifact": row.artifact}
+            return {"status": row.status, "attempts": row.attempts, "error": row.last_error, "artifact": row.artifact,
+                    "worker": row.worker}
 
     def domains(self, stage: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
         """Per-(domain, stage) rows, optionally filtered."""
@@ -163,7 +189,8 @@ class Catalog:
                 q = q.where(DomainStage.status == status)
             return [
                 {"domain": r.domain, "stage": r.stage, "status": r.status, "attempts": r.attempts,
-                 "error": r.last_error, "artifact": r.artifact}
+                 "error": r.last_error, "artifact": r.artifact, "worker": r.worker,
+                 "updated_at": r.updated_at.isoformat() if r.updated_at else ""}
                 for r in s.scalars(q).all()
             ]
 
@@ -175,14 +202,16 @@ class Catalog:
         per: dict[str, dict[str, Any]] = {}
         for row in self.domains():
             cur = per.setdefault(row["domain"], {"domain": row["domain"], "status": "done", "attempts": 0,
-                                                 "error": None, "stages": {}})
+                                                 "error": None, "stages": {}, "worker": None, "_t": ""})
             cur["stages"][row["stage"]] = row["status"]
+            if row["worker"] and row["updated_at"] >= cur["_t"]:  # the worker of the last stage marked
+                cur["worker"], cur["_t"] = row["worker"], row["updated_at"]
             cur["attempts"] = max(cur["attempts"], row["attempts"])
             if row["status"] == "failed":
                 cur["status"], cur["error"] = "failed", f"{row['stage']}: {row['error']}"
             elif row["status"] in ("running", "pending") and cur["status"] != "failed":
                 cur["status"] = row["status"]
-        domains = sorted(per.values(), key=lambda d: d["domain"])
+        domains = sorted(({k: v for k, v in d.items() if k != "_t"} for d in per.values()), key=lambda d: d["domain"])
         return {"domains": domains, "counts": dict(Counter(d["status"] for d in domains))}
 
     # counts -------------------------------------------------------------------------------

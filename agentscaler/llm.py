@@ -17,6 +17,7 @@ same model (least busy first, ties round-robin); a retry may land on another ser
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import re
@@ -37,13 +38,21 @@ from agentscaler.schemas import MAX_VALUE_DEPTH, check, nesting
 
 __all__ = [
     "ChatReply", "LLMClient", "LLMError", "LLMFormatError", "LLMHTTPError", "LLMServerExited", "LLMTimeoutError",
-    "LLMTransportError", "LOCAL_SERVERS", "is_transient", "parse_hermes_tool_calls", "parse_json_reply", "parse_reply",
+    "LLMTransportError", "LOCAL_SERVERS", "REQUEST_SLOT", "is_transient", "parse_hermes_tool_calls", "parse_json_reply",
+    "parse_reply",
 ]
 
 # Endpoints served by a process this one started (agentscaler.llm_server.serve_process): base URL ->
 # a function that says how that process ended, or None while it runs. A dropped connection to one
 # of them is then reported as the server's death, not retried as a network error.
 LOCAL_SERVERS: dict[str, Callable[[], str | None]] = {}
+
+# A limit shared by every process that talks to the same remote endpoint: REQUEST_SLOT["factory"](),
+# when set, is an async context manager held for each request in flight (a retry's backoff holds
+# none). flows/common.py sets it to one slot of Prefect's `vllm-endpoint` global concurrency limit
+# when a Prefect server is configured; the core knows nothing of Prefect. Requests to a local
+# server this process started (one slot of its own) take none.
+REQUEST_SLOT: dict[str, Callable[[], contextlib.AbstractAsyncContextManager[Any]] | None] = {"factory": None}
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -464,8 +473,15 @@ class LLMClient:
                 attempt_no += 1
                 if attempt_no > 1:
                     st.retries += 1
-                return await self._post_once(body)
+                async with self._request_slot():
+                    return await self._post_once(body)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _request_slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        factory = REQUEST_SLOT["factory"]
+        if factory is None or all(u in LOCAL_SERVERS for u in self.endpoints):
+            return contextlib.nullcontext()
+        return factory()
 
     @staticmethod
     async def _server_exit(endpoint: str, wait_s: float) -> str | None:

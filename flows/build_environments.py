@@ -1,8 +1,11 @@
 """build_environments: one Prefect task per domain = synthesize its environment, then its scenarios.
 
 Domains run concurrently on a bounded thread pool (each task drives its own sandbox worker
-process). A failed domain is marked failed in the catalog with its error and never fails the
-others; finished domains are skipped on a re-run (content-hash keys), so a killed run resumes.
+process). With `batch_deployment` (set by the build-environments deployment) the domains are split
+into batches of `batch_size`, each its own run of that deployment (`build_batch_flow`) on the work
+pool, so N workers build N batches at once. A failed domain is marked failed in the catalog with
+its error and never fails the others; finished domains are skipped on a re-run (content-hash
+keys), so a killed run resumes.
 """
 
 from __future__ import annotations
@@ -13,17 +16,21 @@ from typing import Any
 from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from agentscaler.artifacts import load_tools
+from agentscaler.artifacts import load_scenarios, load_tools
 from agentscaler.catalog import Catalog
 from agentscaler.errors import transient_only
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
-from flows.common import fan_out, publish_markdown, run_record
+from envs.spec import DomainSpec
+from flows.common import batches, fan_out, publish_markdown, run_batch_deployments, run_record
 from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
 from tasks.scenarios.build import build_scenarios
 
 # Domains built at once (each drives its own sandbox worker). Set per worker machine.
 MAX_WORKERS = int(os.environ.get("AGENTSCALER_MAX_WORKERS", "2"))
+# Domains per batch run when batches go to a deployment: few enough task runs per flow run.
+BATCH_SIZE = int(os.environ.get("AGENTSCALER_BATCH_SIZE", "25"))
+BUILD_STAGES = ("synthesize", "scenarios")
 
 
 @task(name="build-domain", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=transient_only,
@@ -40,26 +47,69 @@ def build_domain_task(item: dict[str, Any], workspace: str, synth: str, seed: in
             "scenarios": scen.get("kept", 0), "skipped": bool(scen.get("skipped"))}
 
 
-@flow(name="build-environments", task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
-def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0, per_domain: int = 20,
-                            max_length: int = 4, domains: list[str] | None = None,
-                            limit: int | None = None) -> dict[str, Any]:
-    """Synthesize + scenarios for every discovered domain (or only `domains`)."""
-    ws = Workspace(workspace)
-    catalog = Catalog(ws.catalog_path)
+def _items(ws: Workspace, domains: list[str] | None, limit: int | None) -> list[dict[str, Any]]:
+    """The domain records to build (all discovered, or only `domains`), each with its member tools."""
     records = load_domain_records(ws)
     if domains is not None:
         wanted = set(domains)
         records = [r for r in records if r.get("domain") in wanted]
     records = records[:limit] if limit else records
     tools = load_tools(ws.tools_path)
-    items = [{"record": r, "tools": [t.model_dump() for t in domain_tools(r, tools)]} for r in records]
+    return [{"record": r, "tools": [t.model_dump() for t in domain_tools(r, tools)]} for r in records]
+
+
+def _built(ws: Workspace, domain: str) -> dict[str, Any]:
+    """A built domain's figures, read back from the workspace (a batch ran in another process)."""
+    spec = DomainSpec.model_validate_json((ws.domain_dir(domain) / "spec.json").read_text())
+    return {"domain": spec.id, "tools": len(spec.tools), "executes": spec.report.get("executes"),
+            "scenarios": len(load_scenarios(ws, domain)), "skipped": False}
+
+
+@flow(name="build-batch", task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
+def build_batch_flow(workspace: str, domains: list[str], synth: str = "rules", seed: int = 0, per_domain: int = 20,
+                     max_length: int = 4) -> dict[str, Any]:
+    """One batch of domains: build_environments' batch run, taken by whichever worker is free."""
+    ws = Workspace(workspace)
+    results, errors = fan_out(build_domain_task, _items(ws, domains, None),
+                              key=lambda it: str(it["record"].get("domain")), workspace=str(ws.root), synth=synth,
+                              seed=seed, per_domain=per_domain, max_length=max_length)
+    return {"built": sorted(results), "failed": errors}
+
+
+@flow(name="build-environments", task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
+def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0, per_domain: int = 20,
+                            max_length: int = 4, domains: list[str] | None = None,
+                            limit: int | None = None, batch_size: int | None = None,
+                            batch_deployment: str | None = None) -> dict[str, Any]:
+    """Synthesize + scenarios for every discovered domain (or only `domains`); with
+    batch_deployment (e.g. "build-batch/build-batch"), batches of batch_size run on the pool."""
+    ws = Workspace(workspace)
+    catalog = Catalog(ws.catalog_path)
+    items = _items(ws, domains, limit)
+    records = [it["record"] for it in items]
+    size = batch_size or BATCH_SIZE
     params = {"synth": synth, "seed": seed, "per_domain": per_domain, "max_length": max_length,
-              "domains": len(records)}
+              "domains": len(records), "batch_size": size, "batch_deployment": batch_deployment}
     with run_record(catalog, "build_environments", params) as summary:
-        results, errors = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
-                                  workspace=str(ws.root), synth=synth, seed=seed,
-                                  per_domain=per_domain, max_length=max_length)
+        if batch_deployment:
+            ids = [str(r.get("domain")) for r in records]
+            parts = batches(ids, size)
+            run_batch_deployments(batch_deployment, parts, {"workspace": str(ws.root), "synth": synth, "seed": seed,
+                                                            "per_domain": per_domain, "max_length": max_length},
+                                  catalog, BUILD_STAGES)
+            results, errors = {}, {}
+            for d in ids:
+                st = {s: catalog.stage_status(d, s) or {} for s in BUILD_STAGES}
+                if all(v.get("status") == "done" for v in st.values()):
+                    results[d] = _built(ws, d)
+                else:
+                    errors[d] = next((f"{s}: {v.get('error')}" for s, v in st.items() if v.get("status") == "failed"),
+                                     "not built")
+            summary["batches"] = len(parts)
+        else:
+            results, errors = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
+                                      workspace=str(ws.root), synth=synth, seed=seed,
+                                      per_domain=per_domain, max_length=max_length)
         summary.update(domains=len(records), built=len(results), failed=errors,
                        scenarios=sum(r["scenarios"] for r in results.values()),
                        tools=sum(r["tools"] for r in results.values()),

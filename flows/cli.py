@@ -81,7 +81,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
     ws = Workspace(workspace_path())
     summary = Catalog(ws.catalog_path).domain_summary()
     if as_json:
-        emit({"domains": [{k: d[k] for k in ("domain", "status", "attempts", "error")} for d in summary["domains"]],
+        emit({"domains": [{k: d[k] for k in ("domain", "status", "attempts", "error", "worker")} for d in summary["domains"]],
               "counts": summary["counts"]})
         return
     table = Table(title=f"domains in {ws.root}")
@@ -96,23 +96,39 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 
 # --- orchestration: the whole pipeline, per-stage flows, retry-failed, the demo -------------------
 
-def _run_flow_or_deployment(flow_name: str, deployment: Optional[str], params: dict[str, Any]) -> dict[str, Any]:
-    """Run a flow locally (ephemeral Prefect), or trigger its deployment on the configured server."""
+def _run_flow_or_deployment(flow_name: str, deployment: Optional[str], params: dict[str, Any],
+                            wait: bool = False) -> dict[str, Any]:
+    """Run a flow locally (ephemeral Prefect), or trigger its deployment on the configured server
+    (flows.deploy.trigger: with `wait`, followed to a final state). A trigger prints the run's UI
+    URL; an unknown deployment or an unreachable server ends the command with the reason."""
     # Prefect (and the flows, which import it) load in seconds: imported here, off the stage commands' path.
-    from prefect.deployments import run_deployment
-
     from flows.build_environments import build_environments_flow
     from flows.collect_experience import collect_experience_flow
+    from flows.deploy import DeployError, trigger
     from flows.pipeline import pipeline_flow
     from flows.retry_failed import retry_failed_flow
 
     if deployment:
-        name = deployment if "/" in deployment else f"{flow_name}/{deployment}"
-        fr = run_deployment(name=name, parameters=params, timeout=0)
-        return {"deployment": name, "flow_run_id": str(fr.id), "state": fr.state.name if fr.state else None}
+        try:
+            out = trigger(flow_name, deployment, params, wait=wait)
+        except DeployError as e:
+            console.print(str(e), markup=False)
+            raise typer.Exit(2)
+        console.print(f"flow run {out['flow_run_name']} ({out['deployment']}): {out['state']}  {out['ui_url'] or ''}",
+                      markup=False)
+        return out
     flows = {"pipeline": pipeline_flow, "build-environments": build_environments_flow,
              "collect-experience": collect_experience_flow, "retry-failed": retry_failed_flow}
     return flows[flow_name](**params)
+
+
+def _finish_trigger(out: dict[str, Any], wait: bool) -> None:
+    """--wait: a run that ended in any state but Completed fails the command."""
+    if wait and "flow_run_id" in out and not out.get("completed"):
+        raise typer.Exit(1)
+
+
+WAIT_HELP = "With --deployment: follow the run to a final state; exit 1 unless it is Completed."
 
 
 @app.command("run")
@@ -120,7 +136,7 @@ def run_cmd(sources: list[str] = typer.Argument(..., help="Files, folders, or co
             synth: str = typer.Option("rules", "--synth", help="rules | llm"),
             per_domain: int = typer.Option(10, "--per-domain", help="Scenarios per domain."),
             domains_limit: Optional[int] = typer.Option(None, "--domains-limit", help="Build at most N domains."),
-            llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL, or 'local'."),
+            llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL, or 'local' (default $AGENTSCALER_LLM_URL, else the local server)."),
             model: str = typer.Option("smollm2-135m", "--model", help="Model name at the endpoint."),
             user: str = typer.Option("scripted", "--user", help="scripted | llm"),
             trials: int = typer.Option(1, "--trials", help="Rollout trials per training scenario."),
@@ -132,17 +148,16 @@ def run_cmd(sources: list[str] = typer.Argument(..., help="Files, folders, or co
             k: int = typer.Option(2, "--k", help="Evaluation trials per scenario."),
             eval_max_scenarios: Optional[int] = typer.Option(8, "--eval-max-scenarios", help="Held-out scenarios to evaluate."),
             deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment on the Prefect server instead."),
+            wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """The whole pipeline: ingest -> discover -> environments -> scenarios -> rollouts -> SFT -> evaluation."""
     params = {"workspace": str(workspace_path().resolve()), "sources": sources, "synth": synth, "per_domain": per_domain,
               "domains_limit": domains_limit, "llm": llm, "model": model, "user": user, "trials": trials,
               "rollout_domains": rollout_domains, "rollout_per_domain": rollout_per_domain, "train": train,
               "max_steps": max_steps, "evaluate": run_evaluation, "k": k, "eval_max_scenarios": eval_max_scenarios}
-    out = _run_flow_or_deployment("pipeline", deployment, params)
-    if as_json:
-        emit(out)
-        return
-    Console().print(out.get("funnel", out))
+    out = _run_flow_or_deployment("pipeline", deployment, params, wait)
+    emit(out) if as_json else Console().print(out.get("funnel", out))
+    _finish_trigger(out, wait)
 
 
 @app.command("build")
@@ -151,37 +166,68 @@ def build_cmd(synth: str = typer.Option("rules", "--synth", help="rules | llm"),
               max_length: int = typer.Option(4, "--max-length", help="Longest walk."),
               seed: int = typer.Option(0, "--seed"),
               limit: Optional[int] = typer.Option(None, "--limit", help="At most N domains."),
+              batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Domains per batch run when the deployment spreads batches over workers (default $AGENTSCALER_BATCH_SIZE or 25)."),
               deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
+              wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Flow build_environments: synthesize + scenarios, one Prefect task per domain."""
     out = _run_flow_or_deployment("build-environments", deployment, {
         "workspace": str(workspace_path().resolve()), "synth": synth, "per_domain": per_domain,
-        "max_length": max_length, "seed": seed, "limit": limit})
+        "max_length": max_length, "seed": seed, "limit": limit, "batch_size": batch_size}, wait)
     emit(out) if as_json else Console().print(out)
+    _finish_trigger(out, wait)
 
 
 @app.command("collect")
-def collect_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL, or 'local'."),
+def collect_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL, or 'local' (default $AGENTSCALER_LLM_URL, else the local server)."),
                 model: str = typer.Option("smollm2-135m", "--model"),
                 user: str = typer.Option("scripted", "--user", help="scripted | llm"),
                 trials: int = typer.Option(1, "--trials"),
                 split: str = typer.Option("train", "--split", help="train | heldout | all"),
                 per_domain: Optional[int] = typer.Option(None, "--per-domain", help="Scenarios per domain."),
                 deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
+                wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Flow collect_experience: rollouts + verification, one Prefect task per domain."""
     out = _run_flow_or_deployment("collect-experience", deployment, {
         "workspace": str(workspace_path().resolve()), "llm": llm, "model": model, "user": user, "trials": trials,
-        "split": split, "per_domain": per_domain})
+        "split": split, "per_domain": per_domain}, wait)
     emit(out) if as_json else Console().print(out)
+    _finish_trigger(out, wait)
 
 
 @app.command("retry-failed")
 def retry_failed_cmd(deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
+                     wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
                      as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Re-run only the domains whose status is failed, reusing everything finished."""
-    out = _run_flow_or_deployment("retry-failed", deployment, {"workspace": str(workspace_path().resolve())})
+    out = _run_flow_or_deployment("retry-failed", deployment, {"workspace": str(workspace_path().resolve())}, wait)
     emit(out) if as_json else Console().print(out)
+    _finish_trigger(out, wait)
+
+
+@app.command("deploy")
+def deploy_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Register the work pools, global concurrency limits and every deployment of
+    deployments/prefect.yaml on the Prefect server at PREFECT_API_URL (idempotent); every
+    deployment's workspace parameter becomes the workspace in force (-w / $AGENTSCALER_WORKSPACE)."""
+    from flows.deploy import DeployError, deploy  # Prefect loads in seconds: off the stage commands' path
+
+    try:
+        out = deploy(str(workspace_path().resolve()))
+    except DeployError as e:
+        console.print(str(e), markup=False)
+        raise typer.Exit(2)
+    if as_json:
+        emit(out)
+        return
+    table = Table(title=f"deployments on {out['api_url']} (project {out['home']})")
+    for col in ("deployment", "pool", "schedules", "workspace"):
+        table.add_column(col)
+    for d in out["deployments"]:
+        table.add_row(d["name"], d["pool"], ", ".join(f"{s['cron']} {s['timezone']}" for s in d["schedules"]),
+                      d["workspace"])
+    Console().print(table)
 
 
 @app.command("demo")
@@ -428,7 +474,7 @@ def show_scenarios(domain: Optional[str] = typer.Option(None, "--domain", help="
 # --- rollouts and verification (tasks/rollouts, tasks/verify) -------------------------------------
 
 @contextlib.contextmanager
-def _endpoint(llm: str, ws: Workspace) -> Iterator[list[str]]:
+def _endpoint(llm: str | None, ws: Workspace) -> Iterator[list[str]]:
     """agentscaler.endpoints.serve for a command (the local server logs to reports/llm-server.log);
     a local server that does not start ends the command with its message."""
     with contextlib.ExitStack() as stack:
@@ -441,7 +487,7 @@ def _endpoint(llm: str, ws: Workspace) -> Iterator[list[str]]:
 
 
 @app.command("rollout")
-def rollout_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL(s), comma-separated, or 'local' (starts SmolLM2)."),
+def rollout_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL(s), comma-separated, or 'local' (starts SmolLM2) (default $AGENTSCALER_LLM_URL, else the local server)."),
                 model: Optional[str] = typer.Option(None, "--model", help="Model name sent to the server (default smollm2-135m)."),
                 user: str = typer.Option("scripted", "--user", help="scripted | llm"),
                 trials: int = typer.Option(1, "--trials", help="Trials per scenario (k of pass^k)."),
@@ -558,7 +604,7 @@ def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 st
 
 @app.command("evaluate")
 def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Model name sent to the endpoint."),
-                 llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL(s), comma-separated, or 'local'."),
+                 llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL(s), comma-separated, or 'local' (default $AGENTSCALER_LLM_URL, else the local server)."),
                  k: int = typer.Option(4, "--k", help="Trials per scenario (pass^1..pass^k)."),
                  split: str = typer.Option("heldout", "--split", help="heldout | train | all"),
                  max_scenarios: Optional[int] = typer.Option(None, "--max-scenarios", help="At most N scenarios."),
@@ -593,7 +639,7 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
 
 @app.command("bfcl")
 def bfcl_cmd(category: str = typer.Option("simple", "--category", help="simple | multiple | parallel | parallel_multiple | live_simple | live_multiple | live_parallel | live_parallel_multiple | irrelevance | live_irrelevance | live_relevance"),
-             llm: str = typer.Option("local", "--llm", help="OpenAI-compatible base URL, or 'local'."),
+             llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL, or 'local' (default $AGENTSCALER_LLM_URL, else the local server)."),
              model: Optional[str] = typer.Option(None, "--model", help="Model name sent to the endpoint."),
              limit: Optional[int] = typer.Option(None, "--limit", help="First N items only."),
              tool_choice: str = typer.Option("auto", "--tool-choice", help="auto (BFCL's setting) | required (force one call)."),

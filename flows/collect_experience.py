@@ -53,7 +53,7 @@ def experience_task(domain: str, workspace: str, base_url: str | list[str], pref
 
 
 @flow(name="collect-experience", task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
-def collect_experience_flow(workspace: str, llm: str = "local", model: str = "smollm2-135m", user: str = "scripted",
+def collect_experience_flow(workspace: str, llm: str | None = None, model: str = "smollm2-135m", user: str = "scripted",
                             trials: int = 1, split: str = "train", per_domain: int | None = None,
                             domains: list[str] | None = None, concurrency: int = 8,
                             max_turns: int = 6, max_steps: int = 4, max_tokens: int = 256) -> dict[str, Any]:

@@ -1,16 +1,38 @@
-"""What every flow shares: a catalog run record, per-domain fan-out, and the summary artifact."""
+"""What every flow shares: a catalog run record, per-domain fan-out, the summary artifact, and the
+endpoint's request slots."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 from prefect.artifacts import create_markdown_artifact
+from prefect.concurrency.asyncio import concurrency
+from prefect.deployments import run_deployment
+from prefect.settings import get_current_settings
 
 from agentscaler.catalog import Catalog
 from agentscaler.hashing import content_hash
+from agentscaler.llm import REQUEST_SLOT
+
+# The global concurrency limit that guards the shared model endpoint (created by `agentscaler deploy`).
+ENDPOINT_LIMIT = "vllm-endpoint"
+
+
+def endpoint_slot() -> contextlib.AbstractAsyncContextManager[Any]:
+    """One slot of ENDPOINT_LIMIT for one request in flight when a Prefect server is configured
+    (PREFECT_API_URL), else nothing: local runs have no server to hold the count."""
+    if not get_current_settings().api.url:
+        return contextlib.nullcontext()
+    return concurrency(ENDPOINT_LIMIT, occupy=1, strict=False)
+
+
+REQUEST_SLOT["factory"] = endpoint_slot  # every LLMClient request in a process that runs flows
 
 
 @contextmanager
@@ -58,6 +80,42 @@ def fan_out(task: Any, items: list[Any], key: Callable[[Any], str], sequential: 
             except BaseException as exc:  # noqa: BLE001 - reported per domain
                 errors[k] = f"{type(exc).__name__}: {exc}"[:500]
     return results, errors
+
+
+def batches(items: list[Any], size: int) -> list[list[Any]]:
+    """Consecutive slices of at most `size` items (size < 1 counts as 1)."""
+    size = max(1, size)
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def run_batch_deployments(deployment: str, parts: list[list[str]], params: dict[str, Any], catalog: Catalog,
+                          stages: tuple[str, ...], poll_s: float = 2.0) -> dict[str, str]:
+    """Run each batch of domains as its own run of `deployment` (parameter `domains`), all at once,
+    so every worker on the pool takes batches; wait for all of them.
+
+    Returns errors by domain for the domains of batches whose run did not complete. Those domains,
+    unless already done, are marked failed in the catalog with the run's state (a killed worker
+    leaves its domains failed with the reason, never "running"), so retry-failed finds them."""
+    def one(part: list[str]) -> tuple[list[str], Any]:
+        return part, run_deployment(name=deployment, parameters={**params, "domains": part}, timeout=None,
+                                    poll_interval=poll_s, as_subflow=True)
+
+    errors: dict[str, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(len(parts), 64))) as pool:
+        # each thread runs in a copy of this context, so the batch runs show as this run's subflows
+        futures = [pool.submit(contextvars.copy_context().run, one, part) for part in parts]
+        for part, run in (f.result() for f in futures):
+            if run.state is not None and run.state.is_completed():
+                continue
+            reason = (f"batch run {run.name} of {deployment} ended {run.state.name if run.state else 'without a state'}"
+                      f": {(run.state.message if run.state else '') or ''}")[:500]
+            for domain in part:
+                status = {st: (catalog.stage_status(domain, st) or {}).get("status") for st in stages}
+                undone = [st for st in stages if status[st] != "done"]
+                if undone:
+                    catalog.mark(domain, undone[0], "failed", error=reason)
+                    errors[domain] = reason
+    return errors
 
 
 def publish_markdown(key: str, markdown: str, description: str = "") -> None:

@@ -15,7 +15,7 @@ from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
 
 
 @flow(name="evaluate")
-def evaluate_flow(workspace: str, llm: str = "local", model: str = "smollm2-135m", k: int = 4,
+def evaluate_flow(workspace: str, llm: str | None = None, model: str = "smollm2-135m", k: int = 4,
                   split: str = "heldout", max_scenarios: int | None = None, tau2: bool = False,
                   checkpoint: str | None = None, max_turns: int = 6, max_steps: int = 4,
                   max_tokens: int = 256) -> dict[str, Any]:

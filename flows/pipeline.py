@@ -30,18 +30,22 @@ from tasks.rollouts.engine import select_scenarios
 @flow(name="pipeline")
 def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_domain: int = 10,
                   max_length: int = 4, seed: int = 0, domains_limit: int | None = None, tau2_verticals: bool = True,
-                  llm: str = "local", model: str = "smollm2-135m", user: str = "scripted", trials: int = 1,
+                  llm: str | None = None, model: str = "smollm2-135m", user: str = "scripted", trials: int = 1,
                   rollout_domains: int | None = None, rollout_per_domain: int | None = None,
                   gold_replay_domains: int = 0,
                   train: bool = True, max_steps: int | None = None, train_config_dir: str | None = None,
-                  train_model: str | None = None,
+                  train_model: str | None = None, accelerate_config: str | None = None,
+                  num_processes: int | None = None, build_batch_deployment: str | None = None,
                   evaluate: bool = True, k: int = 2,
                   eval_max_scenarios: int | None = 8, max_turns: int = 6, agent_steps: int = 4,
                   max_tokens: int = 256) -> dict[str, Any]:
     """Run every stage; the summary holds each stage's result and the funnel.
 
     max_steps caps SFT optimizer steps; agent_steps caps the agent's tool-call rounds per turn;
-    train_model overrides the stage-1 config's model (e.g. "tiny"); gold_replay_domains > 0 adds
+    train_model overrides the stage-1 config's model (e.g. "tiny"); accelerate_config (e.g.
+    training/accelerate/zero3.yaml) trains through `accelerate launch` with num_processes processes
+    (default: one per GPU of the machine); build_batch_deployment (e.g. "build-batch/build-batch")
+    spreads the environment build over the pool's workers in batches; gold_replay_domains > 0 adds
     gold-replayed demonstrations (labelled agent_model="gold-replay") of that many training domains
     (plus the tau2 verticals) to the SFT data. With training and evaluation on, the trained
     checkpoint is evaluated too, on the same held-out scenarios: the closed loop."""
@@ -52,7 +56,8 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
         summary["ingest"] = _brief(ingest_flow(str(ws.root), sources))
         summary["discover"] = _brief(discover_flow(str(ws.root)))
         summary["build"] = build_environments_flow(str(ws.root), synth=synth, seed=seed, per_domain=per_domain,
-                                                   max_length=max_length, limit=domains_limit)
+                                                   max_length=max_length, limit=domains_limit,
+                                                   batch_deployment=build_batch_deployment)
         if tau2_verticals and "tau2" in sources:
             summary["tau2"] = add_tau2_verticals(ws)
         train_domains = _domains_with(ws, "train")[:rollout_domains] if rollout_domains else None
@@ -67,7 +72,8 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
             summary["gold_replay"] = _brief(gold_replay_run(ws, replay))
         if train:
             summary["train"] = train_sft_flow(str(ws.root), max_steps=max_steps, config_dir=train_config_dir,
-                                              model=train_model)
+                                              model=train_model, accelerate_config=accelerate_config,
+                                              num_processes=num_processes)
         if evaluate:
             eval_args = dict(k=k, max_scenarios=eval_max_scenarios, max_turns=max_turns, max_steps=agent_steps,
                              max_tokens=max_tokens)

@@ -13,10 +13,8 @@ from prefect import flow
 
 from agentscaler.catalog import Catalog
 from agentscaler.workspace import Workspace
-from flows.build_environments import build_environments_flow
+from flows.build_environments import BUILD_STAGES, build_environments_flow
 from flows.collect_experience import collect_experience_flow
-
-BUILD_STAGES = ("synthesize", "scenarios")
 EXPERIENCE_STAGES = ("rollout",)
 
 

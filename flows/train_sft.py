@@ -44,8 +44,12 @@ def train_sft_flow(workspace: str, stages: list[int] | None = None, max_steps: i
     """Stage 2 is skipped (not failed) when the export has no stage-2 rows.
 
     `config_dir` holds stage1.yaml/stage2.yaml (default training/configs/; the demo uses
-    training/configs/cpu-demo/)."""
+    training/configs/cpu-demo/). With `accelerate_config` training runs under `accelerate launch`
+    (DeepSpeed with the zero2/zero3 configs) with `num_processes` processes, by default one per GPU
+    of this machine (one without GPUs)."""
     ws = Workspace(workspace)
+    if accelerate_config and num_processes is None:
+        num_processes = machine_processes()
     stages = sorted(stages or [1, 2])
     catalog = Catalog(ws.catalog_path)
     with run_record(catalog, "train_sft", {"stages": stages, "max_steps": max_steps, "model": model}) as summary:
@@ -74,6 +78,13 @@ def train_sft_flow(workspace: str, stages: list[int] | None = None, max_steps: i
         summary["train"] = results
         publish_markdown("train-sft", _markdown(summary), "SFT export and training")
     return summary
+
+
+def machine_processes() -> int:
+    """One training process per GPU of this machine, 1 without GPUs."""
+    import torch  # heavy (seconds): only when an accelerate launch is about to happen
+
+    return max(1, torch.cuda.device_count())
 
 
 def _training_key(ws: Workspace, stage: int, config: Path, max_steps: int | None, model: str | None,

@@ -133,6 +133,9 @@ def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: b
         seed=cfg.seed,
         dataloader_num_workers=cfg.dataloader_num_workers,
         report_to=[],
+        # No CUDA: say CPU, so processes started by `accelerate launch --num_processes N` (torchrun)
+        # join one gloo process group instead of each training alone.
+        use_cpu=not torch.cuda.is_available(),
         dataset_num_proc=None,
     )
 

@@ -62,6 +62,28 @@ def test_catalog_marks_attempts_and_summary(tmp_path: Path):
         cat.mark("d1", "synthesize", "weird")
 
 
+def test_catalog_records_the_worker_and_opens_an_older_file(tmp_path: Path, monkeypatch):
+    """A catalog written before the worker column gets it; each mark records host:pid, prefixed
+    with the Prefect worker's name when a worker started the process."""
+    import os
+    import socket
+    import sqlite3
+
+    path = tmp_path / "catalog.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE domain_stages (domain VARCHAR, stage VARCHAR, status VARCHAR, attempts INTEGER, "
+                     "last_error TEXT, artifact VARCHAR, updated_at DATETIME, PRIMARY KEY (domain, stage))")
+        conn.execute("INSERT INTO domain_stages VALUES ('old', 'synthesize', 'done', 1, NULL, NULL, '2026-01-01')")
+    cat = Catalog(path)
+    assert cat.domain_summary()["domains"][0]["worker"] is None
+    monkeypatch.setenv("PREFECT__WORKER_NAME", "w7")
+    cat.mark("old", "scenarios", "done")
+    assert cat.domain_summary()["domains"][0]["worker"] == f"w7@{socket.gethostname()}:{os.getpid()}"
+    monkeypatch.delenv("PREFECT__WORKER_NAME")
+    cat.mark("new", "synthesize", "running")
+    assert cat.stage_status("new", "synthesize")["worker"] == f"{socket.gethostname()}:{os.getpid()}"
+
+
 def _mark_many(path: str, worker: int) -> None:
     cat = Catalog(Path(path))
     for i in range(30):

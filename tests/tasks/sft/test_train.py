@@ -68,3 +68,19 @@ def test_failure_is_reported_with_log(exported, tmp_path):
         train_stage(ws, 2, config=cfg, max_steps=1)
     runs = [r for r in Catalog(ws.catalog_path).runs() if r["status"] == "failed"]
     assert runs and runs[-1]["flow"] == "train-stage2"
+
+
+def test_accelerate_launch_two_cpu_processes(exported, tmp_path):
+    """The multi-process path for real: `accelerate launch --num_processes 2` with gloo on CPU. Both
+    ranks train (world size 2, the data sharded between them) and rank 0 saves one whole model."""
+    from safetensors.torch import load_file
+
+    ws, _, _ = exported
+    cfg = _config(tmp_path, 1)
+    cfg.write_text(cfg.read_text() + f"output_dir: {tmp_path / 'multi'}\n")
+    r = train_stage(ws, 1, config=cfg, max_steps=1, accelerate_config=ACCELERATE_DIR / "cpu-multi.yaml",
+                    num_processes=2)
+    assert r["command"][r["command"].index("--num_processes") + 1] == "2"
+    assert r["world_size"] == 2 and r["global_step"] == 1 and r["loss_finite"]
+    weights = load_file(str(tmp_path / "multi" / "final" / "model.safetensors"))
+    assert "model.layers.0.self_attn.q_proj.weight" in weights  # one merged, loadable checkpoint

@@ -1,0 +1,239 @@
+"""Production for real: one `prefect server start` for the module (temporary PREFECT_HOME, loopback),
+`agentscaler deploy`, process workers on cpu-pool, CLI-triggered and scheduled runs to Completed,
+artifacts read back through the API, and the vllm-endpoint slot held per request."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from agentscaler.catalog import Catalog
+from agentscaler.llm_server import free_port
+from agentscaler.workspace import Workspace
+from tests.deployments.prefect_server import BIN, ROOT, cli, prefect_server, server_env, start_worker, stop
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "corpora"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def prod(tmp_path_factory):
+    """The server, a small discovered workspace (and an unbuilt copy), everything deployed, and
+    workers on cpu-pool: w0 takes the default queue (parent runs, retry-failed, the schedule), w1
+    and w2 the batches queue, one batch run at a time each, so two batches go one to each."""
+    from tasks.corpus.ingest import ingest
+    from tasks.discover.discover import discover
+
+    root = tmp_path_factory.mktemp("prod")
+    ws = Workspace(root / "ws")
+    assert ingest(ws, [DATA / n for n in ("bfcl", "openai", "tau2", "toolbench", "xlam")])["accepted"] > 5
+    discover(ws)
+    assert len(json.loads(ws.domains_path.read_text())) >= 2
+    shutil.copytree(ws.root, root / "fresh")
+    home = root / "prefect-home"
+    with prefect_server(home) as url:
+        res = cli(home, url, "-w", str(ws.root), "deploy", "--json")
+        assert res.returncode == 0, res.stderr
+        # started outside the checkout: the deployments' pull step cds to the project
+        workers = {"w0": start_worker(home, url, "cpu-pool", "w0", cwd=root, queue="default"),
+                   "w1": start_worker(home, url, "cpu-pool", "w1", cwd=root, limit=1, queue="batches"),
+                   "w2": start_worker(home, url, "cpu-pool", "w2", cwd=root, limit=1, queue="batches")}
+        try:
+            yield {"url": url, "home": home, "ws": ws, "fresh": Workspace(root / "fresh"),
+                   "deployed": json.loads(res.stdout), "root": root, "workers": workers}
+        finally:
+            for w in workers.values():
+                stop(w)
+
+
+def _client_call(url: str, fn):
+    """Run `fn(client)` against the test server from this process."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    async def go():
+        async with get_client() as client:
+            return await fn(client)
+
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        return asyncio.run(go())
+
+
+def test_deploy_registers_pools_limits_deployments_idempotently(prod):
+    first = prod["deployed"]
+    names = {d["name"]: d for d in first["deployments"]}
+    assert {"pipeline/pipeline-nightly", "build-environments/build-environments", "retry-failed/retry-failed",
+            "collect-experience/collect-experience", "train-sft/train-sft", "evaluate/evaluate"} <= set(names)
+    assert names["pipeline/pipeline-nightly"]["schedules"] == [{"cron": "0 2 * * *", "timezone": "UTC"}]
+    assert all(d["workspace"] == str(prod["ws"].root) for d in first["deployments"])
+    assert {p["name"] for p in first["work_pools"]} == {"cpu-pool", "gpu-pool"}
+    assert [lim["name"] for lim in first["concurrency_limits"]] == ["vllm-endpoint"]
+
+    again = cli(prod["home"], prod["url"], "-w", str(prod["ws"].root), "deploy", "--json")
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert {d["name"]: d["id"] for d in second["deployments"]} == {d["name"]: d["id"] for d in first["deployments"]}
+    assert not any(p["created"] for p in second["work_pools"] + second["concurrency_limits"])
+
+    async def state(client):
+        deps = await client.read_deployments()
+        scheds = {d.name: await client.read_deployment_schedules(d.id) for d in deps}
+        pool = await client.read_work_pool("cpu-pool")
+        return deps, scheds, pool
+
+    deps, scheds, pool = _client_call(prod["url"], state)
+    assert len(deps) == len(first["deployments"])
+    assert len(scheds["pipeline-nightly"]) == 1 and scheds["pipeline-nightly"][0].schedule.cron == "0 2 * * *"
+    assert all(d.pull_steps == [{"flows.deploy.set_working_directory_to_home": {}}] for d in deps)
+    assert pool.type == "process" and pool.base_job_template  # job variables (env) apply
+
+
+def test_unreachable_server_is_named(tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}/api"
+    res = cli(tmp_path, dead, "-w", str(tmp_path / "ws"), "deploy")
+    assert res.returncode == 2
+    assert "PREFECT_API_URL" in res.stderr and dead in res.stderr
+
+
+def test_unknown_deployment_lists_known_names(prod):
+    res = cli(prod["home"], prod["url"], "-w", str(prod["ws"].root), "build", "--deployment", "nope", "--wait")
+    assert res.returncode == 2
+    err = " ".join(res.stderr.split())
+    assert "build-environments/nope" in err and "build-environments/build-environments" in err
+    assert "pipeline/pipeline-nightly" in err
+
+
+def test_cli_triggered_build_waits_to_completed_with_artifacts(prod):
+    ws = prod["ws"]
+    res = cli(prod["home"], prod["url"], "-w", str(ws.root), "build", "--deployment", "build-environments",
+              "--wait", "--per-domain", "4", "--batch-size", "1", "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    assert out["state"] == "Completed" and out["completed"]
+    assert out["ui_url"].startswith(prod["url"].removesuffix("/api")) and out["flow_run_id"] in out["ui_url"]
+    assert out["flow_run_id"] in res.stderr  # the URL is printed for a person too
+    status = cli(prod["home"], prod["url"], "-w", str(ws.root), "status", "--json")
+    domains = json.loads(status.stdout)["domains"]
+    assert domains and all(d["status"] == "done" for d in domains)
+    assert {d["worker"].split("@")[0] for d in domains} == {"w1", "w2"}, domains  # one batch each
+
+    async def artifacts(client):
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+        return await client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[out["flow_run_id"]])))
+
+    arts = _client_call(prod["url"], artifacts)
+    md = [a for a in arts if a.type == "markdown"]
+    assert md and any("build_environments" in (a.data or "") for a in md)
+
+
+def test_schedule_a_few_seconds_ahead_runs_on_a_worker(prod):
+    """A schedule anchored 5 s ahead: the server's scheduler makes the run, the worker completes it."""
+    from prefect.client.schemas.actions import DeploymentScheduleCreate
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.client.schemas.schedules import IntervalSchedule
+
+    dep_id = next(d["id"] for d in prod["deployed"]["deployments"] if d["name"] == "retry-failed/retry-failed")
+    anchor = datetime.now(timezone.utc) + timedelta(seconds=5)
+
+    async def add(client):
+        await client.create_deployment_schedules(dep_id, [DeploymentScheduleCreate(
+            schedule=IntervalSchedule(interval=timedelta(hours=1), anchor_date=anchor), active=True)])
+
+    async def runs(client):
+        return await client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep_id])))
+
+    _client_call(prod["url"], add)
+    deadline = time.monotonic() + 240
+    done = []
+    while time.monotonic() < deadline and not done:
+        time.sleep(3)
+        done = [r for r in _client_call(prod["url"], runs) if r.state and r.state.is_final()]
+    assert done, "no scheduled run reached a final state"
+    assert done[0].state.is_completed(), done[0].state
+    assert abs((done[0].expected_start_time - anchor).total_seconds()) < 1
+
+
+def test_each_request_holds_one_vllm_endpoint_slot(prod):
+    """With the limit at 1, three concurrent requests to a (scripted) remote endpoint go one at a time."""
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    import flows.common  # noqa: F401 - installs the slot factory, as every flow process does
+    from agentscaler.llm import LLMClient
+    from tests.scripted_endpoint import scripted_endpoint
+
+    def set_limit(n):
+        async def fn(client):
+            await client.update_global_concurrency_limit("vllm-endpoint", GlobalConcurrencyLimitUpdate(limit=n))
+            return await client.read_global_concurrency_limit_by_name("vllm-endpoint")
+        return fn
+
+    delay = 0.6
+    _client_call(prod["url"], set_limit(1))
+    try:
+        with scripted_endpoint(mode="chatty", delay=delay) as url, \
+                temporary_settings(updates={PREFECT_API_URL: prod["url"]}):
+            client = LLMClient(url, concurrency=8)
+
+            async def three():
+                t0 = time.perf_counter()
+                await asyncio.gather(*(client.chat([{"role": "user", "content": f"hi {i}"}], use_cache=False)
+                                       for i in range(3)))
+                return time.perf_counter() - t0
+
+            wall = asyncio.run(three())
+        assert wall >= 3 * delay, f"3 requests of {delay}s under a 1-slot limit took {wall:.2f}s"
+        limit = _client_call(prod["url"], set_limit(256))
+        assert limit.active_slots == 0  # every slot given back
+    finally:
+        _client_call(prod["url"], set_limit(256))
+
+
+def test_killed_worker_leaves_failed_domains_that_retry_builds_once(prod):
+    """w2 is killed (with its flow run) mid-batch: its domains end failed with the reason, never
+    running; retry-failed on the server then builds exactly them, and every domain is built once."""
+    ws = prod["fresh"]
+    catalog = Catalog(ws.catalog_path)
+    build = subprocess.Popen([str(BIN / "agentscaler"), "-w", str(ws.root), "build", "--deployment", "build-environments",
+                              "--wait", "--per-domain", "40", "--batch-size", "1", "--json"],
+                             env=server_env(prod["home"], prod["url"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=ROOT)
+    victim = None
+    deadline = time.monotonic() + 300
+    while victim is None and time.monotonic() < deadline and build.poll() is None:
+        rows = [r for r in catalog.domains() if (r["worker"] or "").startswith("w2@") and r["status"] == "running"]
+        victim = rows[0] if rows else None
+        time.sleep(0.1)
+    assert victim is not None, "w2 never started a domain"
+    stop(prod["workers"]["w2"], signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):  # the flow run's own process, should it have its own session
+        os.kill(int(victim["worker"].rsplit(":", 1)[1]), signal.SIGKILL)
+    out, err = build.communicate(timeout=400)
+    assert build.returncode == 0, err[-3000:]
+    summary = {d["domain"]: d for d in catalog.domain_summary()["domains"]}
+    assert summary[victim["domain"]]["status"] == "failed"
+    assert "Crashed" in summary[victim["domain"]]["error"], summary[victim["domain"]]
+    assert not [d for d in summary.values() if d["status"] == "running"]
+
+    res = cli(prod["home"], prod["url"], "-w", str(ws.root), "retry-failed", "--deployment", "retry-failed", "--wait",
+              "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout)["state"] == "Completed"
+    summary = {d["domain"]: d for d in catalog.domain_summary()["domains"]}
+    assert all(d["status"] == "done" for d in summary.values()), summary
+    for domain in summary:
+        assert (ws.domain_dir(domain) / "spec.json").exists()
+        ids = [json.loads(line)["id"] for line in (ws.domain_dir(domain) / "scenarios.jsonl").read_text().splitlines()]
+        assert ids and len(ids) == len(set(ids)), domain  # nothing written twice
