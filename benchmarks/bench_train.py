@@ -14,6 +14,8 @@ first/last loss. Variants differ from `base` (2 threads, batch 1, fp32) in one s
     bf16          bf16 autocast on the CPU
     freeze_emb    no gradient for the token embedding (tied to the LM head)
     grad_ckpt     gradient checkpointing on (the default is off)
+    top10         train only the top 10 of 30 decoder layers (no backward below them)
+    bf16_top10    both
 
     .venv/bin/python benchmarks/bench_train.py [--workspace WS] [--steps 5] [--variants base,threads1,...] [--json out.json]
 
@@ -47,15 +49,19 @@ VARIANTS: dict[str, dict] = {
     "bf16": {"bf16": True},
     "freeze_emb": {"freeze_embeddings": True},
     "grad_ckpt": {"gradient_checkpointing": True},
+    "top10": {"train_top_layers": 10},
+    "bf16_top10": {"bf16": True, "train_top_layers": 10},
 }
 
 
-def sample_rows(src: Path, dst: Path, rows: int) -> str:
-    """The first `rows` train rows and 8 eval rows of an export (ids are hashes: an unbiased sample)."""
+def sample_rows(src: Path, dst: Path, rows: int, max_length: int) -> str:
+    """The first `rows` train rows (and 8 eval rows) of an export that fit max_length (ids are hashes:
+    an unbiased sample of those)."""
     from datasets import DatasetDict, load_from_disk
 
     dd = load_from_disk(str(src))
-    DatasetDict({k: v.select(range(min(len(v), rows if k == "train" else 8))) for k, v in dd.items()}).save_to_disk(str(dst))
+    fit = {k: v.filter(lambda n: n <= max_length, input_columns="n_tokens") for k, v in dd.items()}
+    DatasetDict({k: v.select(range(min(len(v), rows if k == "train" else 8))) for k, v in fit.items()}).save_to_disk(str(dst))
     return str(dst)
 
 
@@ -70,7 +76,7 @@ def one(variant: str, steps: int, workspace: str | None, max_length: int, model:
 
     with tempfile.TemporaryDirectory() as tmp:
         if workspace:
-            data = sample_rows(Path(workspace) / "sft" / "stage1" / "hf", Path(tmp) / "rows", rows)
+            data = sample_rows(Path(workspace) / "sft" / "stage1" / "hf", Path(tmp) / "rows", rows, max_length)
         else:
             ws = Workspace(tmp)
             write_rollouts(ws)

@@ -51,6 +51,7 @@ class StageConfig(BaseModel):
     padding_free: bool = False  # flatten a batch into one sequence (no pad tokens; block-diagonal attention)
     group_by_length: bool = False  # batches of similar length (less padding when batch size > 1)
     freeze_embeddings: bool = False  # no gradient for the token embedding (tied to the LM head in SmolLM2)
+    train_top_layers: int | None = None  # train only the top N decoder layers (+ final norm): no backward below them
     seed: int = 42
     dataloader_num_workers: int = 0
     torch_threads: int | None = None  # None: torch's default; 1 is fastest on a small, shared CPU box

@@ -178,6 +178,24 @@ def freeze_embeddings(model: Any) -> int:
     return int(weight.numel())
 
 
+def train_top_layers(model: Any, n: int) -> int:
+    """Train only the top `n` decoder layers and the final norm (an untied LM head too); everything
+    below gets no gradient, so backward stops at the lowest trained layer. Returns the frozen size."""
+    layers = model.get_decoder().layers
+    if not 1 <= n <= len(layers):
+        raise ValueError(f"train_top_layers={n}: the model has {len(layers)} decoder layers")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    keep = [*layers[len(layers) - n:], model.get_decoder().norm]
+    head = model.get_output_embeddings()
+    if head is not None and head.weight is not model.get_input_embeddings().weight:
+        keep.append(head)
+    for module in keep:
+        for p in module.parameters():
+            p.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if not p.requires_grad)
+
+
 def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[str, Any]:
     """Train one stage and write `<out>/final/` and `<out>/result.json`; returns the result."""
     from datasets.utils.logging import disable_progress_bar  # the [train] extra: heavy, loaded on use
@@ -197,6 +215,8 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[s
     model, tok, source = load_model_and_tokenizer(cfg, ws_root)
     start_fp = weight_fingerprint(model)
     frozen = freeze_embeddings(model) if cfg.freeze_embeddings else 0
+    if cfg.train_top_layers:
+        frozen = train_top_layers(model, cfg.train_top_layers)
     timer = _step_timer()
     clock = BudgetClock(cfg.budget_minutes * 60 if cfg.budget_minutes else None)
     eval_every = cfg.eval_every_minutes * 60 if (cfg.eval_every_minutes and eval_ds is not None) else None

@@ -101,7 +101,7 @@ def choose_eval_set(ws: Workspace, scenarios: int = 100, min_domains: int = 20, 
     domains = sorted({s.domain for s in chosen})
     record = {
         "name": name, "scenario_ids": [s.id for s in chosen], "domains": domains,
-        "scenarios": len(chosen), "by_length": dict(sorted(Counter(len(s.gold_calls) for s in chosen).items())),
+        "scenarios": len(chosen), "by_length": {str(n): c for n, c in sorted(Counter(len(s.gold_calls) for s in chosen).items())},
         "single_call": sum(len(s.gold_calls) == 1 for s in chosen),
         "multi_call": sum(len(s.gold_calls) > 1 for s in chosen),
         "read_only": sum(s.read_only for s in chosen),

@@ -71,3 +71,19 @@ def test_budgeted_run_stops_on_time_with_a_validation_curve(exported, tmp_path):
     assert r["dataset"]["eval_rows_used"] == 2 and r["frozen_parameters"] > 0
     assert r["tokens_per_second"] > 0 and r["tokens_seen"] == r["curve"]["train"][-1]["tokens"]
     assert r["start_fingerprint"] != r["end_fingerprint"]
+
+
+def test_train_top_layers_freezes_everything_below():
+    from training.sft import train_top_layers
+    from training.gguf_convert import load_tokenizer
+    from training.tiny import TinyModelConfig, build_tiny_model
+
+    model = build_tiny_model(load_tokenizer(), TinyModelConfig(num_hidden_layers=3))
+    frozen = train_top_layers(model, 1)
+    layers = model.get_decoder().layers
+    assert all(p.requires_grad for p in layers[2].parameters()) and model.get_decoder().norm.weight.requires_grad
+    assert not any(p.requires_grad for m in (layers[0], layers[1]) for p in m.parameters())
+    assert not model.get_input_embeddings().weight.requires_grad  # tied to the LM head: frozen with it
+    assert frozen == sum(p.numel() for p in model.parameters() if not p.requires_grad) > 0
+    with pytest.raises(ValueError, match="3 decoder layers"):
+        train_top_layers(model, 4)
