@@ -99,6 +99,8 @@ class ClosedLoopConfig(BaseModel):
     grad_accum: int = 4
     bf16: bool = True  # bf16 autocast on the CPU (benchmarks/bench_train.py: the faster setting here)
     freeze_embeddings: bool = False
+    gradient_checkpointing: bool = True  # activations of one layer at a time: a 4k-token row fits in a few GB
+    train_top_layers: int | None = None  # train only the top N decoder layers (training.sft.train_top_layers)
     eval_every_minutes: float = 15.0
     eval_max_rows: int = 24
     torch_threads: int = 2
@@ -251,6 +253,7 @@ def stage_config(cfg: ClosedLoopConfig, base: Path, dataset_dir: Path, output_di
             "eval_every_minutes": cfg.eval_every_minutes, "eval_max_rows": cfg.eval_max_rows,
             "logging_steps": 1, "save_steps": 10**6, "save_total_limit": 1, "seed": cfg.seed,
             "torch_threads": cfg.torch_threads, "bf16": cfg.bf16, "freeze_embeddings": cfg.freeze_embeddings,
+            "gradient_checkpointing": cfg.gradient_checkpointing, "train_top_layers": cfg.train_top_layers,
             "dataset_dir": str(dataset_dir / "stage1" / "hf"), "output_dir": str(output_dir)}
 
 

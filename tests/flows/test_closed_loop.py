@@ -12,10 +12,11 @@ import pytest
 
 from agentscaler.artifacts import load_scenarios, load_trajectories
 from agentscaler.workspace import Workspace
-from flows.closed_loop import ClosedLoopConfig, closed_loop, gold_replay_run, train_domains
+from flows.closed_loop import ClosedLoopConfig, closed_loop, gold_replay_run, stage_config, train_domains
 from tasks.rollouts.gold import GOLD_AGENT
 from tasks.scenarios.build import build_scenarios
 from tests.conftest import load_shop_builder
+from training.config import StageConfig
 
 
 def test_gold_replay_builds_verified_labelled_trajectories(tmp_path):
@@ -65,6 +66,17 @@ def _shop_workspace(root) -> Workspace:
 def test_train_domains_are_the_train_split_in_a_fixed_order(tmp_path):
     ws = _shop_workspace(tmp_path / "ws")
     assert train_domains(ws) == ["shop"]
+
+
+def test_stage_config_is_a_valid_stage_yaml_with_the_memory_settings(tmp_path):
+    """The closed loop's training config validates as a StageConfig (extra keys forbidden) and carries
+    the memory settings: gradient checkpointing on by default, top-layer training when asked."""
+    conf = StageConfig.model_validate(stage_config(ClosedLoopConfig(), tmp_path / "base", tmp_path / "sft",
+                                                   tmp_path / "out", None))
+    assert conf.gradient_checkpointing and conf.train_top_layers is None and conf.budget_minutes == 90.0
+    conf = StageConfig.model_validate(stage_config(ClosedLoopConfig(gradient_checkpointing=False, train_top_layers=10),
+                                                   tmp_path / "base", tmp_path / "sft", tmp_path / "out", 7))
+    assert (conf.gradient_checkpointing, conf.train_top_layers, conf.max_steps, conf.budget_minutes) == (False, 10, 7, None)
 
 
 @pytest.mark.slow
