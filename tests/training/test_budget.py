@@ -68,7 +68,8 @@ def test_budgeted_run_stops_on_time_with_a_validation_curve(exported, tmp_path):
     assert r["final_learning_rate"] == 0.0  # linear decay on the clock: nothing left past the budget
     assert len(r["curve"]["validation"]) >= 1 and all(math.isfinite(p["loss"]) for p in r["curve"]["validation"])
     assert all(p["elapsed_s"] is not None for p in r["curve"]["train"])
-    assert r["dataset"]["eval_rows_used"] == 2 and r["frozen_parameters"] > 0
+    # eval_max_rows=2 caps the validation rows (the fixture's eval split holds fewer since main's fixtures changed)
+    assert r["dataset"]["eval_rows_used"] == min(2, r["dataset"]["eval_rows"]) >= 1 and r["frozen_parameters"] > 0
     assert r["tokens_per_second"] > 0 and r["tokens_seen"] == r["curve"]["train"][-1]["tokens"]
     assert r["start_fingerprint"] != r["end_fingerprint"]
 
