@@ -1,11 +1,25 @@
-"""CPU SFT throughput: tokens/s and peak memory, tiny model vs SmolLM2-135M, side by side.
+"""CPU SFT throughput of SmolLM2-135M: which training settings are fastest on this machine, side by side.
 
-Each model trains a few optimizer steps of stage 1 (batch 2, no accumulation) on the test
-fixture trajectories, in its own process (so peak RSS is that model's). Reported: median step
-time over the steps after the first (warm-up), tokens/s = mean tokens per step / median step
-time, peak RSS, first/last loss. torch threads default to 1 (--threads). Short on purpose; the machine is shared.
+Each variant trains a few optimizer steps of stage 1 in its own process (so peak RSS is its own)
+on the same exported rows: the workspace's `sft/stage1/hf` (`--workspace`, e.g. gold replays of
+the closed loop) or, without one, the test fixture trajectories. Reported per variant: median
+step time over the steps after the first (warm-up), tokens/s = tokens of those steps (TRL's own
+count, every token of the row, not only the loss tokens) / their time, loss tokens/s, peak RSS,
+first/last loss. Variants differ from `base` (2 threads, batch 1, fp32) in one setting each:
 
-    .venv/bin/python benchmarks/bench_train.py [--steps 4] [--json out.json]
+    threads1      torch threads 1
+    bs4_group     batch 4, batches of similar length (less padding)
+    bs4_padfree   batch 4, padding-free (the batch flattened into one sequence, block-diagonal attention)
+    pack          best-fit-decreasing packing into max_length blocks
+    bf16          bf16 autocast on the CPU
+    freeze_emb    no gradient for the token embedding (tied to the LM head)
+    grad_ckpt     gradient checkpointing on (the default is off)
+    top10         train only the top 10 of 30 decoder layers (no backward below them)
+    bf16_top10    both
+
+    .venv/bin/python benchmarks/bench_train.py [--workspace WS] [--steps 5] [--variants base,threads1,...] [--json out.json]
+
+The machine is shared: run variants interleaved (--rounds 2) and read ratios, not absolute figures.
 """
 
 from __future__ import annotations
@@ -14,74 +28,131 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+BASE = {"torch_threads": 2, "per_device_train_batch_size": 1, "bf16": False}
+VARIANTS: dict[str, dict] = {
+    "base": {},
+    "threads1": {"torch_threads": 1},
+    "bs4_group": {"per_device_train_batch_size": 4, "group_by_length": True},
+    "bs4_padfree": {"per_device_train_batch_size": 4, "padding_free": True},
+    "pack": {"packing": True},
+    "bf16": {"bf16": True},
+    "freeze_emb": {"freeze_embeddings": True},
+    "grad_ckpt": {"gradient_checkpointing": True},
+    "top10": {"train_top_layers": 10},
+    "bf16_top10": {"bf16": True, "train_top_layers": 10},
+}
 
-def one(model: str, steps: int, threads: int) -> dict:
-    """Train `steps` steps in this process; print one JSON line."""
+
+def sample_rows(src: Path, dst: Path, rows: int, max_length: int) -> str:
+    """The first `rows` train rows (and 8 eval rows) of an export that fit max_length (ids are hashes:
+    an unbiased sample of those)."""
+    from datasets import DatasetDict, load_from_disk
+
+    dd = load_from_disk(str(src))
+    fit = {k: v.filter(lambda n: n <= max_length, input_columns="n_tokens") for k, v in dd.items()}
+    DatasetDict({k: v.select(range(min(len(v), rows if k == "train" else 8))) for k, v in fit.items()}).save_to_disk(str(dst))
+    return str(dst)
+
+
+def one(variant: str, steps: int, workspace: str | None, max_length: int, model: str, rows: int) -> dict:
+    """Train `steps` steps of one variant in this process; print one JSON line."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from tests.training.conftest import write_rollouts
-
     from agentscaler.workspace import Workspace
     from tasks.sft.export import export_sft
+    from tests.sft_fixtures import write_rollouts
     from training.config import StageConfig
     from training.sft import run
 
     with tempfile.TemporaryDirectory() as tmp:
-        ws = Workspace(tmp)
-        write_rollouts(ws)
-        export_sft(ws, stages=(1,), max_length=1024)
-        cfg = StageConfig(stage=1, model=model, max_length=1024, learning_rate=1e-4, warmup_ratio=0.0,
-                          per_device_train_batch_size=2, gradient_accumulation_steps=1, logging_steps=1,
-                          save_steps=10_000, torch_threads=threads)
+        if workspace:
+            data = sample_rows(Path(workspace) / "sft" / "stage1" / "hf", Path(tmp) / "rows", rows, max_length)
+        else:
+            ws = Workspace(tmp)
+            write_rollouts(ws)
+            export_sft(ws, stages=(1,), max_length=max_length)
+            data = str(Path(tmp) / "sft" / "stage1" / "hf")
+        cfg = StageConfig(stage=1, model=model, max_length=max_length, learning_rate=1e-4, warmup_ratio=0.0,
+                          gradient_accumulation_steps=1, logging_steps=1, save_steps=10**6, dataset_dir=data,
+                          output_dir=str(Path(tmp) / "out"), seed=0, **{**BASE, **VARIANTS[variant]})
         r = run(cfg, Path(tmp), max_steps=steps)
-    times = r["step_seconds"][1:] or r["step_seconds"]
-    med = statistics.median(times)
-    out = {"model": model, "steps": r["global_step"], "median_step_s": med,
-           "tokens_per_step": r["tokens_per_step"], "tokens_per_s": r["tokens_per_step"] / med,
+    hist = r["curve"]["train"]  # logging_steps=1: one entry per step, with TRL's cumulative token count
+    cum = [0.0] + [float(h["tokens"]) for h in hist]
+    toks = [b - a for a, b in zip(cum, cum[1:])]
+    times = r["step_seconds"]
+    measured = list(range(1, min(len(times), len(toks)))) or [0]
+    loss_share = r["loss_tokens"] / max(1, r["train_tokens"])
+    tok_s = sum(toks[i] for i in measured) / sum(times[i] for i in measured)
+    out = {"variant": variant, "model": model, "steps": r["global_step"],
+           "median_step_s": statistics.median(times[i] for i in measured), "tokens_per_s": tok_s,
+           "loss_tokens_per_s": tok_s * loss_share, "loss_token_share": loss_share,
+           "tokens_per_step": statistics.mean(toks[i] for i in measured),
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "first_loss": r["first_loss"], "last_loss": r["last_loss"],
-           "torch_threads": __import__("torch").get_num_threads()}
+           "first_loss": hist[0]["loss"] if hist else None, "last_loss": hist[-1]["loss"] if hist else None,
+           "settings": {**BASE, **VARIANTS[variant]}, "rows": r["dataset"]}
     print("BENCH " + json.dumps(out), flush=True)
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--models", default="tiny,smollm2-135m")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: best on a shared 2-core box)")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--workspace", default=None, help="use this workspace's sft/stage1/hf rows (default: fixtures)")
+    ap.add_argument("--max-length", type=int, default=4096)
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--rows", type=int, default=48, help="train rows taken from --workspace's export")
+    ap.add_argument("--rounds", type=int, default=1, help="run the variant list this many times, interleaved")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.one:
-        one(args.one, args.steps, args.threads)
+        one(args.one, args.steps, args.workspace, args.max_length, args.model, args.rows)
         return
     rows = []
-    for model in args.models.split(","):
-        proc = subprocess.run([sys.executable, __file__, "--one", model, "--steps", str(args.steps),
-                               "--threads", str(args.threads)], cwd=ROOT,
-                              capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")]
-        if proc.returncode != 0 or not line:
-            print(f"{model}: failed (rc {proc.returncode})\n{proc.stderr[-2000:]}", file=sys.stderr)
-            continue
-        rows.append(json.loads(line[0][6:]))
-    print(f"{'model':<14} {'steps':>5} {'median step s':>14} {'tok/step':>9} {'tok/s':>8} {'peak RSS MiB':>13} {'loss first->last':>18}")
-    for r in rows:
-        print(f"{r['model']:<14} {r['steps']:>5} {r['median_step_s']:>14.2f} {r['tokens_per_step']:>9.0f} "
-              f"{r['tokens_per_s']:>8.0f} {r['peak_rss_mib']:>13.0f} {r['first_loss']:>8.3f}->{r['last_loss']:.3f}")
-    if len(rows) == 2:
-        print(f"ratio tokens/s {rows[0]['model']}/{rows[1]['model']}: {rows[0]['tokens_per_s'] / rows[1]['tokens_per_s']:.1f}x")
+    load = []
+    for _ in range(args.rounds):
+        for variant in args.variants.split(","):
+            cmd = [sys.executable, __file__, "--one", variant, "--steps", str(args.steps), "--max-length",
+                   str(args.max_length), "--model", args.model, "--rows", str(args.rows)]
+            cmd += ["--workspace", args.workspace] if args.workspace else []
+            load.append(os.getloadavg()[0])
+            t = time.perf_counter()
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            line = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")]
+            if proc.returncode != 0 or not line:
+                print(f"{variant}: failed (rc {proc.returncode})\n{proc.stderr[-3000:]}", file=sys.stderr)
+                rows.append({"variant": variant, "failed": proc.stderr[-500:]})
+                continue
+            row = json.loads(line[0][6:])
+            row["wall_s"] = round(time.perf_counter() - t, 1)
+            rows.append(row)
+            print(f"{variant:<12} {row['median_step_s']:>7.2f} s/step {row['tokens_per_s']:>7.0f} tok/s "
+                  f"{row['loss_tokens_per_s']:>6.0f} loss-tok/s {row['tokens_per_step']:>7.0f} tok/step "
+                  f"{row['peak_rss_mib']:>6.0f} MiB  loss {row['first_loss']:.3f}->{row['last_loss']:.3f}", flush=True)
+    ok = [r for r in rows if "failed" not in r]
+    print(f"\nload average (1 min) during the runs: {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs")
+    by: dict[str, list[float]] = {}
+    for r in ok:
+        by.setdefault(r["variant"], []).append(r["tokens_per_s"])
+    base = statistics.median(by["base"]) if "base" in by else None
+    print(f"{'variant':<12} {'median tok/s':>12} {'vs base':>8}")
+    for v, xs in by.items():
+        med = statistics.median(xs)
+        print(f"{v:<12} {med:>12.0f} {med / base if base else float('nan'):>8.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+        Path(args.json).write_text(json.dumps({"rows": rows, "load": load, "cpus": os.cpu_count()}, indent=2))
+    shutil.rmtree(Path(tempfile.gettempdir()) / "bench-train", ignore_errors=True)
 
 
 if __name__ == "__main__":

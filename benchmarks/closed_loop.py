@@ -1,12 +1,15 @@
-"""Closed loop on CPU: SmolLM2-135M pass^k on held-out scenarios before and after stage-1 SFT.
+"""Closed loop on CPU: SmolLM2-135M held-out pass^k before and after SFT, and the environment-scaling curve.
 
-Builds a small workspace (default: the real BFCL corpus, a few small domains), evaluates the base
-model (llama.cpp) on held-out scenarios, trains stage 1 on verified train-domain trajectories
-(gold-replayed ones, labelled as such; optionally the base model's own verified rollouts), and
-evaluates the checkpoint (agentscaler.hf_server) on the same scenarios with the same k.
-Writes <ws>/reports/closed_loop.{md,json} and prints the markdown. See flows/closed_loop.py.
+    # base vs trained: >= 100 held-out scenarios from >= 20 held-out domains, k = 4, tau2 test splits
+    .venv/bin/python benchmarks/closed_loop.py --workspace /work/cl/ws [--budget-minutes 90]
+    # the scaling curve: 0 (base), 8, 32, 128 and all train domains, the same steps, k = 1
+    .venv/bin/python benchmarks/closed_loop.py --workspace /work/cl/ws --domains 8,32,128,all
 
-    .venv/bin/python benchmarks/closed_loop.py --workspace /tmp/cl [--k 2] [--heldout-scenarios 4] [--train-steps 30]
+A workspace without environments is built first (bfcl + tau2 + nestful, rule-based synthesis). Every
+phase resumes (content-hash run ids, training keys), so a killed run picks up where it stopped: run
+it under nohup with a log. See flows/closed_loop.py for the phases. Writes <ws>/reports/closed_loop.
+{md,json} (or scaling.{md,json,png}) and copies them to benchmarks/results/, with the machine's
+load average beside the figures (the machine is shared: times are pessimistic).
 """
 
 from __future__ import annotations
@@ -14,36 +17,92 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+class LoadSampler:
+    """The 1-minute load average every `every` seconds while the benchmark runs."""
+
+    def __init__(self, every: float = 60.0):
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+
+    def _run(self, every: float) -> None:
+        while not self._stop.is_set():
+            self.samples.append(os.getloadavg()[0])
+            self._stop.wait(every)
+
+    def __enter__(self) -> "LoadSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def summary(self) -> dict[str, float]:
+        s = sorted(self.samples) or [0.0]
+        return {"min": round(s[0], 1), "median": round(s[len(s) // 2], 1), "max": round(s[-1], 1),
+                "cpus": os.cpu_count() or 0}
 
 
 def main() -> None:
     from agentscaler.workspace import Workspace
-    from flows.closed_loop import ClosedLoopConfig, closed_loop
+    from flows.closed_loop import ClosedLoopConfig, closed_loop, scaling_curve
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workspace", required=True)
-    ap.add_argument("--corpus", nargs="*", default=None, help="corpus names or paths (default: bfcl)")
+    ap.add_argument("--domains", default=None, help="scaling curve points, e.g. 8,32,128,all (default: base vs trained)")
+    ap.add_argument("--corpus", nargs="*", default=None, help="corpus names or paths when building (default: bfcl tau2 nestful)")
     ap.add_argument("--k", type=int, default=None)
-    ap.add_argument("--heldout-scenarios", type=int, default=None)
-    ap.add_argument("--train-domains", type=int, default=None)
-    ap.add_argument("--heldout-domains", type=int, default=None)
-    ap.add_argument("--train-steps", type=int, default=None)
+    ap.add_argument("--eval-scenarios", type=int, default=None)
+    ap.add_argument("--eval-domains", type=int, default=None)
+    ap.add_argument("--max-prompt-tokens", type=int, default=None)
+    ap.add_argument("--budget-minutes", type=float, default=None)
+    ap.add_argument("--scaling-steps", type=int, default=None)
     ap.add_argument("--learning-rate", type=float, default=None)
-    ap.add_argument("--collect-scenarios", type=int, default=None)
-    ap.add_argument("--temperature", type=float, default=None)
+    ap.add_argument("--session-length", type=int, default=None)
+    ap.add_argument("--experience-runs", nargs="*", default=None, help="accepted agent experience runs to train on too")
+    ap.add_argument("--no-tau2", action="store_true", help="skip tau2's test splits")
     ap.add_argument("--threads", type=int, default=None, dest="torch_threads")
+    ap.add_argument("--no-copy", action="store_true", help="do not copy the results to benchmarks/results/")
     a = vars(ap.parse_args())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ws = Workspace(a.pop("workspace"))
+    domains = a.pop("domains")
+    no_copy = a.pop("no_copy")
+    if a.pop("no_tau2"):
+        a["tau2"] = False
+    if domains:
+        a["scaling_points"] = [d.strip() for d in domains.split(",") if d.strip()]
     cfg = ClosedLoopConfig(**{k: v for k, v in a.items() if v is not None})
-    out = closed_loop(ws, cfg)
-    print((ws.reports_dir / "closed_loop.md").read_text())
-    print("JSON " + json.dumps({k: out[k] for k in ("baseline", "trained", "phases_s")}, default=str))
+    t0 = time.time()
+    with LoadSampler() as load:
+        out = scaling_curve(ws, cfg) if domains else closed_loop(ws, cfg)
+    name = "scaling" if domains else "closed_loop"
+    out["benchmark"] = {"wall_s": round(time.time() - t0, 1), "load_average": load.summary()}
+    md = (ws.reports_dir / f"{name}.md").read_text()
+    md += (f"\nMachine: {out['benchmark']['load_average']['cpus']} CPUs, load average (1 min) during this run "
+           f"{load.summary()['min']}-{load.summary()['max']} (median {load.summary()['median']}); wall "
+           f"{out['benchmark']['wall_s']} s for this invocation (a resumed run skips finished phases).\n")
+    (ws.reports_dir / f"{name}.md").write_text(md)
+    (ws.reports_dir / f"{name}.json").write_text(json.dumps(out, indent=1, default=str))
+    if not no_copy:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / f"{name}.md").write_text(md)
+        (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=1, default=str))
+        for png in ("scaling.png",) if domains else ("closed_loop_training.png",):
+            if (ws.reports_dir / png).exists():
+                shutil.copy(ws.reports_dir / png, RESULTS / png)
+    print(md)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from tasks.environments.synthesize import synthesize_all
 from tasks.environments.view import domain_view
 from tasks.evaluation.bfcl import bfcl_eval
 from tasks.evaluation.contamination import check_contamination
+from tasks.evaluation.eval_set import load_eval_set
 from tasks.evaluation.evaluate import eval_path, evaluate
 from tasks.evaluation.report import write_report
 from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
@@ -474,12 +475,12 @@ def show_scenarios(domain: Optional[str] = typer.Option(None, "--domain", help="
 # --- rollouts and verification (tasks/rollouts, tasks/verify) -------------------------------------
 
 @contextlib.contextmanager
-def _endpoint(llm: str | None, ws: Workspace) -> Iterator[list[str]]:
+def _endpoint(llm: str | None, ws: Workspace, checkpoint: Path | None = None) -> Iterator[list[str]]:
     """agentscaler.endpoints.serve for a command (the local server logs to reports/llm-server.log);
     a local server that does not start ends the command with its message."""
     with contextlib.ExitStack() as stack:
         try:
-            urls = stack.enter_context(serve(llm, log_path=ws.reports_dir / "llm-server.log"))
+            urls = stack.enter_context(serve(llm, checkpoint=checkpoint, log_path=ws.reports_dir / "llm-server.log"))
         except LLMServerError as e:
             console.print(f"[red]{e}[/red]")
             raise typer.Exit(1)
@@ -581,6 +582,7 @@ def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 st
               model: Optional[str] = typer.Option(None, "--model", help="Override the config's model (tiny, smollm2-135m, stage1, PATH)."),
               accelerate_config: Optional[Path] = typer.Option(None, "--accelerate-config", help="Launch with `accelerate launch --config_file` (e.g. training/accelerate/zero3.yaml)."),
               num_processes: Optional[int] = typer.Option(None, "--num-processes", help="GPUs for accelerate launch."),
+              budget_minutes: Optional[float] = typer.Option(None, "--budget-minutes", help="Train until this much wall time is spent (the learning rate follows the clock)."),
               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Train one SFT stage in a subprocess (log: models/stageN/train.log, result: models/stageN/result.json)."""
     if stage not in (1, 2):
@@ -589,6 +591,7 @@ def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 st
     try:
         result = train_stage(Workspace(workspace_path()), stage, config=config, max_steps=max_steps, model=model,
                              accelerate_config=accelerate_config, num_processes=num_processes,
+                             budget_minutes=budget_minutes,
                              on_line=None if as_json else (lambda ln: console.print(ln, markup=False, highlight=False)))
     except (TrainingFailed, FileNotFoundError, ValueError) as exc:
         console.print(f"[red]train failed: {exc}[/red]")
@@ -596,7 +599,9 @@ def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 st
     if as_json:
         emit({k: v for k, v in result.items() if k != "config"})
         return
-    console.print(f"stage {stage}: {result['global_step']} steps, loss {result['first_loss']} -> {result['last_loss']}, "
+    val = (result.get("eval") or {}).get("eval_loss")
+    console.print(f"stage {stage}: {result['global_step']} steps (stopped by {result.get('stopped_by')}), loss "
+                  f"{result['first_loss']} -> {result['last_loss']}, validation loss {val}, "
                   f"{result['tokens_per_second']:.0f} tok/s, model {result['final_dir']}")
 
 
@@ -614,23 +619,35 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
                  max_turns: int = typer.Option(10, "--max-turns", help="User turns before the turn limit."),
                  user: str = typer.Option("scripted", "--user", help="Simulated user: scripted | llm."),
                  agreement_sample: int = typer.Option(5, "--agreement-sample", help="With --tau2: trajectories (and gold variants) per domain re-scored by tau2's own evaluator."),
+                 eval_set: Optional[str] = typer.Option(None, "--eval-set", help="Score exactly the scenarios of reports/eval-set-NAME.json (the closed loop writes `heldout`)."),
+                 checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="With --llm local: serve this trained checkpoint instead of SmolLM2."),
                  as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Held-out evaluation: pass^k per domain, accuracy by gold calls, attribution (reports/eval-<run>.json)."""
+    """Held-out evaluation: pass^k per domain with 95% bootstrap intervals, single- and multi-call apart,
+    failures by reason and length, attribution (reports/eval-<run>.json)."""
     if split not in ("train", "heldout", "all") or k < 1 or user not in ("scripted", "llm"):
         console.print("--split is train|heldout|all, --user scripted|llm and --k >= 1", markup=False)
         raise typer.Exit(2)
     ws = Workspace(workspace_path())
+    try:
+        scenario_ids = load_eval_set(ws, eval_set)["scenario_ids"] if eval_set else None
+    except FileNotFoundError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1)
     temp = sampling_temperature(k)
     cfg = RolloutConfig(user=user, max_turns=max_turns, temperature=temp, user_temperature=temp,
                         unsafe=Settings.from_env().allow_unsafe_sandbox)
-    with _endpoint(llm, ws) as urls:
+    with _endpoint(llm, ws, checkpoint) as urls:
         rep = evaluate(ws, urls, model=model or "smollm2-135m", k=k, split=split, max_scenarios=max_scenarios,
-                       tau2=tau2, run_id=run, cfg=cfg, concurrency=concurrency, agreement_sample=agreement_sample)
+                       tau2=tau2, run_id=run, cfg=cfg, concurrency=concurrency, agreement_sample=agreement_sample,
+                       scenario_ids=scenario_ids)
     if as_json:
         emit(rep)
         return
     Console().print({"run_id": rep["run_id"], "trajectories": rep["trajectories"], "accuracy": rep["accuracy"],
-                     "pass^k": rep["pass^k"]["overall"]["pass^k"], "attribution": rep["attribution"],
+                     "pass^k": rep["pass^k"]["overall"]["pass^k"],
+                     "pass^1 95% interval": {g: [b["pass^k"]["1"]["low"], b["pass^k"]["1"]["high"]]
+                                             for g, b in rep["intervals"].items() if g != "by_length" and b["pass^k"]},
+                     "attribution": rep["attribution"],
                      "tau2_agreement": (rep.get("tau2_agreement") or {}).get("agreement_rate"),
                      "report": str(eval_path(ws, rep["run_id"]))})
     if rep["trajectories"] == 0:

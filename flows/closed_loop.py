@@ -1,130 +1,160 @@
-"""Closed loop on CPU: base model pass^k on held-out scenarios -> stage-1 SFT -> the same evaluation again.
+"""Closed loop on CPU: SmolLM2-135M before and after SFT on the factory's data, on the same held-out scenarios,
+and the environment-scaling curve.
 
-    closed_loop(ws, ClosedLoopConfig(...)) -> dict   (also writes <ws>/reports/closed_loop.{md,json})
+    closed_loop(ws, ClosedLoopConfig(...)) -> dict      # reports/closed_loop.{json,md}
+    scaling_curve(ws, ClosedLoopConfig(...)) -> dict    # reports/scaling.{json,md,png}
 
-Phases, each timed:
-1. build: a small workspace from a corpus (default: the real BFCL corpus): ingest, discover, then
-   rule-based environments and scenarios for a few *small* domains (short tool lists keep prompts
-   short on CPU), `train_domains` from the train split and `heldout_domains` from the held-out
-   split (the split is tasks.scenarios.build.domain_split's, a hash of the domain id; nothing is moved).
-2. baseline: tasks.evaluation.evaluate of SmolLM2-135M (the local llama.cpp server, GGUF) on
-   `heldout_scenarios` held-out scenarios, k trials each.
-3. data: (a) optionally the base model's own rollouts on train-split scenarios, kept only if
-   verified; (b) **gold-replayed** trajectories (tasks.rollouts.gold), labelled `agent_model="gold-replay"`:
-   for each train-split scenario, the user's intent, one assistant turn per gold call with the
-   gold arguments, the real tool output from the sandboxed environment, and a final assistant
-   summary quoting the last result; verified by tasks.verify like any other trajectory. They are
-   demonstrations made from the scenario generator's ground truth, not model experience.
-   Held-out domains never contribute a row (export reads only these runs).
-4. train: tasks.sft.export (stage 1) + tasks.sft.train (TRL SFT, assistant-only loss) of
-   SmolLM2-135M converted from the same GGUF, a few optimizer steps.
-5. trained: the same evaluation (same scenarios, k, rollout config) of the checkpoint served by
-   agentscaler.hf_server.
+Every phase writes its result to the workspace and is skipped when it is there already (rollout
+runs resume by their content-hash ids, a training run by its key), so a run of several hours that
+is killed resumes where it stopped.
 
-The two evaluations differ in runtime: the base model runs in llama.cpp from the shipped Q4_1 GGUF,
-the trained one in transformers fp32, starting from the same weights dequantized (training/gguf_convert.py).
+1. workspace: when it has no environments yet, ingest `corpus`, discover, synthesize every domain
+   and build its scenarios (rules), plus the tau2 verticals.
+2. evaluation set: `eval_scenarios` held-out scenarios from >= `eval_domains` held-out domains
+   (tasks.evaluation.eval_set; written once, the same for every model compared).
+3. data: gold-replayed demonstrations of every train-split scenario (tasks.rollouts.gold, labelled
+   `gold-replay`, verified like any trajectory) plus accepted agent experience from `experience_runs`
+   (e.g. `agentscaler collect --samples N`), exported in sessions (tasks.sft.export: a domain's
+   prompt once, then several conversations) and kept apart by origin in every count.
+4. base: the untrained model, served the way the trained one is (`serve(checkpoint=...)` with the
+   dequantized SmolLM2 folder, so both run in the same runtime with the same decoding), k trials
+   on the evaluation set, and tau2's airline/retail test splits scored as tau2 scores them.
+5. train: TRL SFT of SmolLM2-135M for `budget_minutes` of wall time (training/budget.py), with the
+   validation loss on the clock.
+6. trained: the same evaluations of the checkpoint; then tasks.evaluation.compare (pass^1..k with
+   95% bootstrap intervals, single- and multi-call apart, failures by reason and length).
+
+The scaling curve trains on the first 8, 32, 128 and all train domains (a fixed hash order, so each
+set holds the smaller ones) with the same optimizer steps, batch, learning rate and data recipe,
+and scores each checkpoint (and the base model, 0 domains) with k = 1 on the same evaluation set.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentscaler.artifacts import load_scenarios, load_tools, load_trajectories
-from agentscaler.catalog import Catalog
+from agentscaler.artifacts import load_trajectories
 from agentscaler.endpoints import LOCAL, serve
+from agentscaler.hashing import content_hash
 from agentscaler.models import Trajectory
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text
 from tasks.corpus.ingest import ingest
 from tasks.discover.config import DiscoverConfig
 from tasks.discover.discover import discover
-from tasks.environments.synthesize import load_domain_records, synthesize_domain
-from tasks.evaluation.evaluate import evaluate
-from tasks.rollouts.conversation import RolloutConfig
-from tasks.rollouts.engine import run_rollouts
+from tasks.environments.synthesize import synthesize_all
+from tasks.evaluation.compare import compare
+from tasks.evaluation.eval_set import choose_eval_set, eval_set_path, load_eval_set
+from tasks.evaluation.evaluate import eval_path, evaluate
+from tasks.evaluation.report import closed_loop_markdown, plot_scaling, plot_training_curve, scaling_markdown
+from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
+from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
 from tasks.rollouts.gold import gold_replay
-from tasks.scenarios.build import build_scenarios, domain_split
+from tasks.rollouts.engine import default_run_id, select_scenarios
+from tasks.scenarios.build import build_all, is_tau2
 from tasks.sft.export import export_sft
 from tasks.sft.train import train_stage
 from tasks.verify.verify import verify_run
+from training.gguf_convert import convert_smollm2, load_tokenizer
+from training.tiny import build_tiny_model
+
+GOLD_RUN = "gold-replay"
+SCALING_POINTS = ("8", "32", "128", "all")
 
 
 class ClosedLoopConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    corpus: list[str] = Field(default_factory=lambda: ["bfcl"])  # corpus names or paths (tasks.corpus.ingest)
-    train_domains: int = 6
-    heldout_domains: int = 2
-    max_domain_tools: int = 8  # prefer domains with at most this many tools (shorter prompts)
-    per_domain: int = 6  # scenarios per domain
-    walk_length: int = 3  # max gold calls per scenario
-    heldout_scenarios: int = 4
-    k: int = 2
-    collect_scenarios: int = 0  # base-model rollouts on train scenarios (k=1), kept if verified
-    temperature: float = 0.6  # agent sampling; > 0 so that k trials differ
-    max_turns: int = 1  # one user turn: the agent calls tools (up to max_steps rounds) then answers
-    max_steps: int = 4
-    max_tokens: int = 96
-    train_steps: int = 10  # ~50 s per step for SmolLM2-135M on a busy 2-core CPU (~1.1k-token rows)
-    learning_rate: float = 2e-4
-    grad_accum: int = 1
-    sft_max_length: int = 2048
-    torch_threads: int = 2
+    corpus: list[str] = Field(default_factory=lambda: ["bfcl", "tau2", "nestful"])  # built when the workspace is empty
+    per_domain: int = 20  # scenarios per domain when building
+    walk_length: int = 4  # longest gold call sequence when building
+    # evaluation
+    eval_set: str = "heldout"  # reports/eval-set-<name>.json
+    eval_scenarios: int = 100
+    eval_domains: int = 20
+    max_prompt_tokens: int = 3072  # held-out domains whose agent prompt fits (tasks.evaluation.eval_set)
+    k: int = 4
+    tau2: bool = True
+    tau2_k: int = 1
+    max_turns: int = 3  # scripted-user turns after the request
+    max_steps: int = 4  # agent tool-call rounds per turn
+    max_tokens: int = 256
+    n_ctx: int = 8192  # the serving context (SmolLM2 is trained to 8192 positions)
+    # data
+    session_length: int = 5120  # tokens per training session (a domain's prompt once, then conversations)
+    experience_runs: list[str] = Field(default_factory=list)  # accepted agent experience to train on too
+    # training
     base_model: str = "smollm2-135m"
+    budget_minutes: float = 90.0
+    max_length: int = 5120
+    learning_rate: float = 1e-4
+    lr_scheduler_type: str = "cosine"
+    warmup_ratio: float = 0.05
+    batch_size: int = 1
+    grad_accum: int = 4
+    bf16: bool = True  # bf16 autocast on the CPU (benchmarks/bench_train.py: the faster setting here)
+    freeze_embeddings: bool = False
+    gradient_checkpointing: bool = True  # activations of one layer at a time: a 4k-token row fits in a few GB
+    train_top_layers: int | None = None  # train only the top N decoder layers (training.sft.train_top_layers)
+    eval_every_minutes: float = 15.0
+    eval_max_rows: int = 24
+    torch_threads: int = 2
     seed: int = 0
+    # scaling curve
+    scaling_points: list[str] = Field(default_factory=lambda: list(SCALING_POINTS))
+    scaling_steps: int | None = None  # default: the steps the budgeted main run made
+    scaling_k: int = 1
 
 
-# --- 1. build -------------------------------------------------------------------------------------
+# --- 1-3. workspace, evaluation set, data ---------------------------------------------------------
 
-def choose_domains(records: list[dict[str, Any]], n_train: int, n_heldout: int, max_tools: int
-                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Candidate records per split, small domains first (ties by id); callers take what builds."""
-    ranked = sorted(records, key=lambda r: (len(r.get("tools", [])) > max_tools, len(r.get("tools", [])),
-                                            r["domain"]))
-    ranked = [r for r in ranked if len(r.get("tools", [])) >= 2]
-    train = [r for r in ranked if domain_split(r["domain"]) == "train"]
-    held = [r for r in ranked if domain_split(r["domain"]) == "heldout"]
-    return train, held
-
-
-def build_workspace(ws: Workspace, cfg: ClosedLoopConfig) -> dict[str, Any]:
-    """Ingest + discover + environments and scenarios for the chosen domains; returns the domain ids."""
-    ing = ingest(ws, cfg.corpus)
-    disc = discover(ws, cfg=DiscoverConfig(embedding="fast"), draw=False)
-    tools = load_tools(ws.tools_path)
-    catalog = Catalog(ws.catalog_path)
-    train_c, held_c = choose_domains(load_domain_records(ws), cfg.train_domains, cfg.heldout_domains,
-                                     cfg.max_domain_tools)
-    chosen: dict[str, list[str]] = {"train": [], "heldout": []}
-    failures: dict[str, str] = {}
-    for split, cands, want in (("train", train_c, cfg.train_domains), ("heldout", held_c, cfg.heldout_domains)):
-        for rec in cands:
-            if len(chosen[split]) >= want:
-                break
-            try:
-                synthesize_domain(ws, rec, tools, synth="rules", seed=cfg.seed, catalog=catalog)
-                build_scenarios(ws, rec["domain"], per_domain=cfg.per_domain, max_length=cfg.walk_length,
-                                seed=cfg.seed)
-                got = [s for s in load_scenarios(ws, rec["domain"]) if s.split == split]
-                if not got:
-                    raise ValueError(f"no {split} scenarios built")
-            except Exception as exc:  # noqa: BLE001 - a domain that does not build is skipped, counted
-                failures[rec["domain"]] = f"{type(exc).__name__}: {exc}"[:300]
-                continue
-            chosen[split].append(rec["domain"])
-    if not chosen["train"] or not chosen["heldout"]:
-        raise RuntimeError(f"closed loop needs train and held-out domains, built {chosen}; failures {failures}")
-    return {"tools": ing.get("accepted"), "domains_discovered": disc.get("domains"), **chosen,
-            "build_failures": failures}
+def prepare_workspace(ws: Workspace, cfg: ClosedLoopConfig, log: Any = print) -> dict[str, Any]:
+    """Build environments and scenarios when the workspace has none; add the tau2 verticals."""
+    out: dict[str, Any] = {}
+    if not ws.domain_ids() or all(is_tau2(d) for d in ws.domain_ids()):
+        log(f"[closed-loop] building a workspace from {cfg.corpus}")
+        out["ingest"] = {k: v for k, v in ingest(ws, cfg.corpus).items() if k in ("accepted", "sources")}
+        out["discover"] = {k: v for k, v in discover(ws, cfg=DiscoverConfig(embedding="fast"), draw=False).items()
+                           if k in ("domains", "modularity")}
+        synth = synthesize_all(ws, synth="rules", seed=cfg.seed)
+        out["synthesize"] = synth["counts"]
+        built = build_all(ws, per_domain=cfg.per_domain, max_length=cfg.walk_length, seed=cfg.seed)
+        out["scenarios"] = {k: built.get(k) for k in ("domains", "kept", "failed")}
+    if cfg.tau2:
+        for name in DOMAINS:
+            tau2_domain_dir(ws, name)
+    out["domains"] = len(ws.domain_ids())
+    return out
 
 
-# --- 3. gold replay -------------------------------------------------------------------------------
+def train_domains(ws: Workspace) -> list[str]:
+    """Domains with train-split scenarios (tau2 excluded) in a fixed hash order: the scaling curve's
+    nested subsets."""
+    doms = [d for d in ws.domain_ids() if not is_tau2(d) and select_scenarios(ws, "train", 1, [d])]
+    return sorted(doms, key=lambda d: content_hash({"scaling_order": d}, 12))
 
-def gold_replay_run(ws: Workspace, domains: list[str], run_id: str = "gold-replay") -> dict[str, Any]:
+
+def base_checkpoint(ws: Workspace, model: str) -> Path:
+    """The folder the base model is served from and training starts from (the same weights):
+    SmolLM2-135M dequantized from the shipped GGUF, or (tests) the tiny model saved once."""
+    if model == "smollm2-135m":
+        return convert_smollm2()
+    if model != "tiny":
+        return Path(model)
+    out = ws.root / "closed_loop" / "base-tiny"
+    if not (out / "config.json").exists():
+        tok = load_tokenizer()
+        build_tiny_model(tok).save_pretrained(str(out))
+        tok.save_pretrained(str(out))
+    return out
+
+
+def gold_replay_run(ws: Workspace, domains: list[str], run_id: str = GOLD_RUN) -> dict[str, Any]:
     """Gold-replayed trajectories of the train-split scenarios of `domains` (tasks.rollouts.gold), verified."""
     out = gold_replay(ws, domains, run_id)
     verify = verify_run(ws, run_id)
@@ -132,37 +162,148 @@ def gold_replay_run(ws: Workspace, domains: list[str], run_id: str = "gold-repla
             "failed_reasons": sorted(r for r, n in (verify.get("reasons") or {}).items() if n)}
 
 
-# --- the loop -------------------------------------------------------------------------------------
+def ensure_gold(ws: Workspace) -> dict[str, Any]:
+    """The gold replays of every train domain and tau2's train split (once: a second call reads them)."""
+    report = ws.rollout_dir(GOLD_RUN) / "verify.json"
+    if report.exists():
+        v = json.loads(report.read_text())
+        return {"run_id": GOLD_RUN, "passed": v.get("passed"), "funnel": v.get("funnel"), "skipped": True}
+    doms = train_domains(ws) + [d for d in ws.domain_ids() if is_tau2(d)]
+    return gold_replay_run(ws, doms)
+
+
+def ensure_eval_set(ws: Workspace, cfg: ClosedLoopConfig) -> dict[str, Any]:
+    if eval_set_path(ws, cfg.eval_set).exists():
+        return load_eval_set(ws, cfg.eval_set)
+    return choose_eval_set(ws, scenarios=cfg.eval_scenarios, min_domains=cfg.eval_domains,
+                           max_prompt_tokens=cfg.max_prompt_tokens, name=cfg.eval_set)
+
+
+# --- 4/6. evaluation ----------------------------------------------------------------------------
+
+def rollout_config(cfg: ClosedLoopConfig, k: int) -> RolloutConfig:
+    temp = sampling_temperature(k)
+    return RolloutConfig(max_turns=cfg.max_turns, max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
+                         temperature=temp, user_temperature=temp)
+
+
+def evaluate_model(ws: Workspace, cfg: ClosedLoopConfig, checkpoint: Path, name: str, k: int,
+                   tau2: bool = False, log: Any = print) -> dict[str, Any]:
+    """Serve `checkpoint` (the base model's folder or a trained one) and score it on the evaluation
+    set with k trials; with tau2, also on tau2's test splits (cfg.tau2_k trials)."""
+    ids = load_eval_set(ws, cfg.eval_set)["scenario_ids"]
+    done = finished_evaluation(ws, name, rollout_config(cfg, k), k, ids)
+    if done is not None and not tau2:
+        return {"heldout": done}  # a resumed loop: nothing to roll out, no server to start
+    out: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    with serve(LOCAL, checkpoint=checkpoint, model_alias=name, threads=cfg.torch_threads,
+               max_new_tokens=cfg.max_tokens, log_path=ws.reports_dir / f"server-{name}.log") as urls:
+        out["heldout"] = evaluate(ws, urls, model=name, k=k, split="heldout", scenario_ids=ids,
+                                  cfg=rollout_config(cfg, k), concurrency=1, timeout=600)
+        log(f"[closed-loop] {name}: held-out pass^k {_overall(out['heldout'])} ({time.perf_counter() - t0:.0f} s)")
+        if tau2:
+            out["tau2"] = evaluate(ws, urls, model=name, k=cfg.tau2_k, split="heldout", tau2=True,
+                                   cfg=rollout_config(cfg, cfg.tau2_k), concurrency=1, timeout=600)
+            log(f"[closed-loop] {name}: tau2 pass^k {_overall(out['tau2'])}")
+    return out
+
+
+def finished_evaluation(ws: Workspace, model: str, rcfg: RolloutConfig, k: int, ids: list[str]) -> dict[str, Any] | None:
+    """The evaluation report of this model, settings and scenarios when every trial of it is written."""
+    path = eval_path(ws, default_run_id(model, rcfg, k, ids))
+    if not path.exists():
+        return None
+    report = json.loads(path.read_text())
+    return report if report.get("trajectories") == len(ids) * k else None
+
+
+def _overall(report: dict[str, Any]) -> dict[str, Any]:
+    return ((report.get("pass^k") or {}).get("overall") or {}).get("pass^k") or {}
+
 
 def trajectory_stats(ws: Workspace, run_id: str) -> dict[str, Any]:
-    """Per run, from the trajectories (so it survives a resumed run): summed conversation and agent-LLM
-    time, trials where the agent attempted a tool call (well-formed or not), format errors, executed calls."""
+    """Per run, from the trajectories (so it survives a resumed run): conversation and agent-LLM time,
+    agent requests and prompt tokens (the per-request cost), format errors, executed calls."""
     trajs = load_trajectories(ws, run_id)
 
-    def attempted(t: Trajectory) -> bool:
-        return any(m.get("role") == "assistant" and (m.get("tool_calls") or "tool_call>" in str(m.get("content") or ""))
-                   for m in t.messages)
+    def n(t: Trajectory, key: str) -> int:
+        return int(t.tokens.get(key, 0))
 
-    return {"conversations_s": round(sum(t.timings.get("total_s", 0.0) for t in trajs), 1),
-            "agent_llm_s": round(sum(t.timings.get("agent_llm_s", 0.0) for t in trajs), 1),
-            "trials_attempting_calls": sum(attempted(t) for t in trajs),
-            "format_errors": sum(t.tokens.get("n_format_errors", 0) for t in trajs),
-            "tool_calls_executed": sum(t.tokens.get("n_tool_calls", 0) for t in trajs)}
+    requests = sum(n(t, "n_agent_turns") for t in trajs)
+    llm_s = sum(t.timings.get("agent_llm_s", 0.0) for t in trajs)
+    return {"conversations": len(trajs), "conversations_s": round(sum(t.timings.get("total_s", 0.0) for t in trajs), 1),
+            "agent_llm_s": round(llm_s, 1), "agent_requests": requests,
+            "seconds_per_request": round(llm_s / requests, 2) if requests else None,
+            "agent_prompt_tokens": sum(n(t, "agent_prompt") for t in trajs),
+            "format_errors": sum(n(t, "n_format_errors") for t in trajs),
+            "tool_calls_executed": sum(n(t, "n_tool_calls") for t in trajs)}
 
 
-def _summary(report: dict[str, Any], seconds: float, ws: Workspace | None = None) -> dict[str, Any]:
-    overall = (report.get("pass^k") or {}).get("overall") or {}
-    overall = overall.get("pass^k", overall)  # {"1": p, "2": p, ...}
-    times = trajectory_stats(ws, report["run_id"]) if ws is not None and report.get("run_id") else {}
-    return {**times, "run_id": report.get("run_id"), "model": report.get("model"), "scenarios": report.get("scenarios"),
-            "trials": report.get("verified"), "passed": report.get("passed"), "accuracy": report.get("accuracy"),
-            "pass^k": overall, "pass^k_raw": ((report.get("pass^k_raw") or {}).get("overall") or {}).get("pass^k"),
-            "excluded": (report.get("pass^k") or {}).get("excluded"), "attribution": report.get("attribution"),
-            "reasons": report.get("reasons"), "end_reasons": report.get("end_reasons"), "seconds": round(seconds, 1)}
+# --- 5. training --------------------------------------------------------------------------------
 
+def stage_config(cfg: ClosedLoopConfig, base: Path, dataset_dir: Path, output_dir: Path,
+                 max_steps: int | None) -> dict[str, Any]:
+    """The stage-1 YAML of a closed-loop run (budgeted when max_steps is None), starting from `base`."""
+    return {"stage": 1, "model": str(base), "max_length": cfg.max_length, "learning_rate": cfg.learning_rate,
+            "lr_scheduler_type": cfg.lr_scheduler_type, "warmup_ratio": cfg.warmup_ratio,
+            "per_device_train_batch_size": cfg.batch_size, "gradient_accumulation_steps": cfg.grad_accum,
+            "max_steps": max_steps if max_steps is not None else -1, "num_train_epochs": 100,
+            "budget_minutes": None if max_steps is not None else cfg.budget_minutes,
+            "eval_every_minutes": cfg.eval_every_minutes, "eval_max_rows": cfg.eval_max_rows,
+            "logging_steps": 1, "save_steps": 10**6, "save_total_limit": 1, "seed": cfg.seed,
+            "torch_threads": cfg.torch_threads, "bf16": cfg.bf16, "freeze_embeddings": cfg.freeze_embeddings,
+            "gradient_checkpointing": cfg.gradient_checkpointing, "train_top_layers": cfg.train_top_layers,
+            "dataset_dir": str(dataset_dir / "stage1" / "hf"), "output_dir": str(output_dir)}
+
+
+def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: list[str] | None,
+                     max_steps: int | None, log: Any = print) -> dict[str, Any]:
+    """Export the data of `domains` (None: all) in sessions and train one checkpoint; skipped when a run
+    with the same data and config finished before. Returns {export, train}."""
+    base = ws.root / "closed_loop" / name
+    runs = [GOLD_RUN, *cfg.experience_runs]
+    export = export_sft(ws, stages=(1,), run_ids=runs, max_length=cfg.max_length, target_domains=[],
+                        domains=domains, session_length=cfg.session_length, out_dir=base / "sft")
+    if not export["stages"]["stage1"]["rows"]["train"]:
+        raise ValueError(f"{name}: no training rows (export report {base / 'sft' / 'report.json'}: dropped "
+                         f"{export.get('dropped')})")
+    conf = stage_config(cfg, base_checkpoint(ws, cfg.base_model), base / "sft", base / "model", max_steps)
+    key = content_hash({"data": json.loads((base / "sft" / "stage1" / "report.json").read_text())["content_hash"],
+                        "config": conf})
+    result_path = base / "model" / "result.json"
+    key_path = base / "model" / "key.json"
+    if result_path.exists() and key_path.exists() and json.loads(key_path.read_text()).get("key") == key:
+        log(f"[closed-loop] {name}: trained before (key {key[:8]}), reusing {base / 'model' / 'final'}")
+        return {"export": _export_brief(export), "train": json.loads(result_path.read_text()), "key": key}
+    conf_path = base / "stage1.yaml"
+    conf_path.parent.mkdir(parents=True, exist_ok=True)
+    conf_path.write_text(yaml.safe_dump(conf))
+    log(f"[closed-loop] {name}: training on {_export_brief(export)['rows']} "
+        f"({'budget ' + str(cfg.budget_minutes) + ' min' if max_steps is None else str(max_steps) + ' steps'})")
+    result = train_stage(ws, 1, config=conf_path)
+    atomic_write_json(key_path, {"key": key})
+    return {"export": _export_brief(export), "train": result, "key": key}
+
+
+def _export_brief(export: dict[str, Any]) -> dict[str, Any]:
+    st = export["stages"]["stage1"]
+    return {"rows": st["rows"], "rows_by_origin": st.get("rows_by_origin"), "tokens": st["tokens"],
+            "conversations_by_origin": export.get("conversations_by_origin", {}).get("stage1"),
+            "dropped": export.get("dropped"), "domains": len(export["domains"]) if export.get("domains") else "all",
+            "session_length": export.get("session_length")}
+
+
+def _train_brief(r: dict[str, Any]) -> dict[str, Any]:
+    keys = ("global_step", "stopped_by", "budget_minutes", "train_seconds", "tokens_seen", "tokens_per_second",
+            "first_loss", "last_loss", "final_learning_rate", "epochs", "dataset", "final_dir", "curve", "eval")
+    return {k: r.get(k) for k in keys}
+
+
+# --- the loop -----------------------------------------------------------------------------------
 
 def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = print) -> dict[str, Any]:
-    """Run the five phases and write reports/closed_loop.{json,md}; returns the JSON report."""
+    """Phases 1-6; writes reports/closed_loop.{json,md} (+ the training curve PNG); returns the JSON."""
     cfg = cfg or ClosedLoopConfig()
     ws.root.mkdir(parents=True, exist_ok=True)
     phases: dict[str, float] = {}
@@ -173,116 +314,89 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
         log(f"[closed-loop] {name}: {phases[name]} s")
 
     t = time.perf_counter()
-    out["workspace"] = build_workspace(ws, cfg)
-    phase("build", t)
-    held, train = out["workspace"]["heldout"], out["workspace"]["train"]
-    rcfg = RolloutConfig(max_turns=cfg.max_turns, max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
-                         temperature=cfg.temperature)
-    eval_kw: dict[str, Any] = {"k": cfg.k, "split": "heldout", "max_scenarios": cfg.heldout_scenarios,
-                               "domains": held, "cfg": rcfg, "concurrency": 1, "timeout": 300}
+    out["workspace"] = prepare_workspace(ws, cfg, log)
+    out["eval_set"] = {k: v for k, v in ensure_eval_set(ws, cfg).items() if k != "scenario_ids"}
+    out["gold_replay"] = ensure_gold(ws)
+    phase("prepare", t)
+
+    base_ckpt = base_checkpoint(ws, cfg.base_model)
+    t = time.perf_counter()
+    base = evaluate_model(ws, cfg, base_ckpt, f"{cfg.base_model}-base", cfg.k, tau2=cfg.tau2, log=log)
+    phase("base_eval", t)
 
     t = time.perf_counter()
-    collect_runs: list[str] = []
-    with serve(LOCAL, n_threads=cfg.torch_threads) as urls:
-        url = urls[0]
-        base = evaluate(ws, url, model=cfg.base_model, **eval_kw)
-        phase("baseline_eval", t)
-        out["baseline"] = _summary(base, phases["baseline_eval"], ws)
-        if cfg.collect_scenarios:
-            t = time.perf_counter()
-            col = run_rollouts(ws, url, model=cfg.base_model, trials=1, split="train", domains=train,
-                               max_scenarios=cfg.collect_scenarios, cfg=rcfg, concurrency=1, timeout=300)
-            v = verify_run(ws, col["run_id"])
-            collect_runs.append(col["run_id"])
-            out["collected"] = {"run_id": col["run_id"], "written": col.get("written"), "funnel": v.get("funnel")}
-            phase("collect", t)
-
-    t = time.perf_counter()
-    out["gold_replay"] = gold_replay_run(ws, train)
-    phase("gold_replay", t)
-
-    t = time.perf_counter()
-    export = export_sft(ws, stages=(1,), run_ids=[*collect_runs, out["gold_replay"]["run_id"]],
-                        max_length=cfg.sft_max_length, eval_fraction=0.1)  # an empty eval split does not load back
-    out["export"] = {"kept": export.get("kept"), "dropped": export.get("dropped"),
-                     "skipped_unverified": export.get("skipped_unverified")}
-    conf = ws.root / "closed_loop" / "stage1.yaml"
-    conf.parent.mkdir(parents=True, exist_ok=True)
-    conf.write_text(yaml.safe_dump({
-        "stage": 1, "model": cfg.base_model, "max_length": cfg.sft_max_length, "learning_rate": cfg.learning_rate,
-        "lr_scheduler_type": "constant", "warmup_ratio": 0.0, "per_device_train_batch_size": 1,
-        "gradient_accumulation_steps": cfg.grad_accum, "max_steps": cfg.train_steps, "logging_steps": 5,
-        "save_steps": 100_000, "save_total_limit": 1, "seed": cfg.seed, "torch_threads": cfg.torch_threads,
-        "bf16": False}))
-    train_res = train_stage(ws, 1, config=conf)
-    out["train"] = {k: train_res.get(k) for k in ("global_step", "first_loss", "last_loss", "train_loss",
-                                                   "train_seconds", "final_dir", "dataset", "model_source")}
+    trained_run = export_and_train(ws, cfg, "main", None, None, log)
+    out["export"], out["train"] = trained_run["export"], _train_brief(trained_run["train"])
     phase("train", t)
 
     t = time.perf_counter()
-    trained_name = f"{cfg.base_model}-closed-loop-sft1"
-    with serve(LOCAL, checkpoint=train_res["final_dir"], model_alias=trained_name, threads=cfg.torch_threads,
-               max_new_tokens=cfg.max_tokens) as urls:
-        trained = evaluate(ws, urls, model=trained_name, **eval_kw)
+    name = f"{cfg.base_model}-sft-{trained_run['key'][:8]}"
+    trained = evaluate_model(ws, cfg, Path(trained_run["train"]["final_dir"]), name, cfg.k, tau2=cfg.tau2, log=log)
     phase("trained_eval", t)
-    out["trained"] = _summary(trained, phases["trained_eval"], ws)
-    out["heldout_scenarios_same"] = base.get("scenarios") == trained.get("scenarios")
+
+    out["base"] = {suite: _eval_brief(ws, rep) for suite, rep in base.items()}
+    out["trained"] = {suite: _eval_brief(ws, rep) for suite, rep in trained.items()}
+    out["comparison"] = compare(base["heldout"], trained["heldout"])
+    if cfg.tau2:
+        out["tau2_comparison"] = compare(base["tau2"], trained["tau2"])
+    out["figures"] = {"training_curve": str(plot_training_curve(out["train"]["curve"],
+                                                                ws.reports_dir / "closed_loop_training.png"))}
     atomic_write_json(ws.reports_dir / "closed_loop.json", out)
-    atomic_write_text(ws.reports_dir / "closed_loop.md", markdown(out))
+    atomic_write_text(ws.reports_dir / "closed_loop.md", closed_loop_markdown(out))
     return out
 
 
-def refresh_report(ws: Workspace) -> dict[str, Any]:
-    """Recompute the conversation times of reports/closed_loop.json and rewrite it and the markdown."""
-    path = ws.reports_dir / "closed_loop.json"
-    out = json.loads(path.read_text())
-    for side in ("baseline", "trained"):
-        out[side].update(trajectory_stats(ws, out[side]["run_id"]))
-        pk = out[side].get("pass^k") or {}
-        out[side]["pass^k"] = pk.get("pass^k", pk)
-    atomic_write_json(path, out)
-    atomic_write_text(ws.reports_dir / "closed_loop.md", markdown(out))
+def _eval_brief(ws: Workspace, report: dict[str, Any]) -> dict[str, Any]:
+    keys = ("run_id", "model", "k", "scenarios", "verified", "passed", "accuracy", "attribution", "reasons",
+            "diagnostics", "wall_s", "tau2_agreement")
+    return {**{k: report.get(k) for k in keys}, "pass^k": _overall(report),
+            "intervals": {g: report["intervals"][g]["pass^k"] for g in ("overall", "single_call", "multi_call")},
+            "cost": trajectory_stats(ws, report["run_id"])}
+
+
+# --- the environment-scaling curve ---------------------------------------------------------------
+
+def scaling_curve(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = print) -> dict[str, Any]:
+    """Train on nested sets of train domains with the same steps and recipe; held-out pass^1 of each
+    (and of the base model, 0 domains) on the same evaluation set. Writes reports/scaling.{json,md,png}."""
+    cfg = cfg or ClosedLoopConfig()
+    prepare_workspace(ws, cfg, log)
+    ensure_eval_set(ws, cfg)
+    ensure_gold(ws)
+    order = train_domains(ws)
+    steps = cfg.scaling_steps
+    if steps is None:
+        main = ws.root / "closed_loop" / "main" / "model" / "result.json"
+        if not main.exists():
+            raise FileNotFoundError(f"no scaling_steps given and no budgeted main run at {main}: run closed_loop first")
+        steps = int(json.loads(main.read_text())["global_step"])
+    points: list[dict[str, Any]] = []
+    base = evaluate_model(ws, cfg, base_checkpoint(ws, cfg.base_model), f"{cfg.base_model}-base", cfg.scaling_k,
+                          log=log)["heldout"]
+    points.append({"domains": 0, "label": "0 (base)", **_point(ws, base)})
+    for label in cfg.scaling_points:
+        n = len(order) if label == "all" else int(label)
+        if n > len(order):
+            log(f"[closed-loop] scaling point {label}: only {len(order)} train domains, skipped")
+            continue
+        subset = order[:n]
+        run = export_and_train(ws, cfg, f"scaling-{n}", subset, steps, log)
+        name = f"{cfg.base_model}-sft-{run['key'][:8]}"
+        rep = evaluate_model(ws, cfg, Path(run["train"]["final_dir"]), name, cfg.scaling_k, log=log)["heldout"]
+        points.append({"domains": n, "label": label if label != "all" else f"all ({n})",
+                       "export": run["export"], "train": {k: v for k, v in _train_brief(run["train"]).items()
+                                                          if k != "curve"}, **_point(ws, rep)})
+        atomic_write_json(ws.reports_dir / "scaling.json", {"steps": steps, "points": points, "config": cfg.model_dump()})
+    out = {"steps": steps, "points": points, "config": cfg.model_dump(),
+           "figure": str(plot_scaling(points, ws.reports_dir / "scaling.png"))}
+    atomic_write_json(ws.reports_dir / "scaling.json", out)
+    atomic_write_text(ws.reports_dir / "scaling.md", scaling_markdown(out))
     return out
 
 
-def _t(v: Any) -> str:
-    return "n/a" if v is None else f"{float(v):.1f}"
-
-
-def _fmt(v: Any) -> str:
-    return "n/a" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
-
-
-def markdown(out: dict[str, Any]) -> str:
-    cfg, b, tr, ph = out["config"], out["baseline"], out["trained"], out["phases_s"]
-    k = str(cfg["k"])
-    gold = out["gold_replay"]
-    lines = [
-        "# Closed loop on CPU: SmolLM2-135M before and after stage-1 SFT", "",
-        (f"Held-out domains {out['workspace']['heldout']} (never trained on); "
-         f"{b['scenarios']} held-out scenarios x k={cfg['k']} trials, agent temperature {cfg['temperature']}, "
-         f"scripted user, max_turns {cfg['max_turns']}, max_tokens {cfg['max_tokens']}."), "",
-        f"| model | runtime | trials | passed | pass^1 | pass^{k} | eval wall (s) | conversations (s) | agent LLM (s) |",
-        "|---|---|---|---|---|---|---|---|---|",
-        (f"| {b['model']} (base) | llama.cpp GGUF | {b['trials']} | {b['passed']} | {_fmt(b['pass^k'].get('1'))} "
-         f"| {_fmt(b['pass^k'].get(k))} | {b['seconds']} | {_t(b.get('conversations_s'))} | {_t(b.get('agent_llm_s'))} |"),
-        (f"| {tr['model']} | transformers fp32 (hf_server) | {tr['trials']} | {tr['passed']} "
-         f"| {_fmt(tr['pass^k'].get('1'))} | {_fmt(tr['pass^k'].get(k))} | {tr['seconds']} "
-         f"| {_t(tr.get('conversations_s'))} | {_t(tr.get('agent_llm_s'))} |"), "",
-        ("eval wall = this invocation (a resumed evaluation skips finished conversations); conversations = "
-         "summed per-conversation time from the trajectories (2 in flight, so it exceeds wall time)."), "",
-        "| model | trials attempting a tool call | format errors (malformed calls) | tool calls executed |",
-        "|---|---|---|---|",
-        *[f"| {x['model']} | {x.get('trials_attempting_calls', 'n/a')} | {x.get('format_errors', 'n/a')} "
-          f"| {x.get('tool_calls_executed', 'n/a')} |" for x in (b, tr)], "",
-        "Training data (stage 1, train-split domains only): "
-        f"{gold['passed']}/{gold['written']} **gold-replayed** trajectories verified "
-        f"(agent_model=`gold-replay`: demonstrations built from the scenarios' gold calls, not model experience)"
-        + (f"; base-model rollouts: {out['collected']['funnel']}" if out.get("collected") else "; no base-model rollouts")
-        + f". Export kept {out['export']['kept']}.", "",
-        (f"SFT: {out['train']['global_step']} steps, loss {_fmt(out['train']['first_loss'])} -> "
-         f"{_fmt(out['train']['last_loss'])}, {_t(out['train']['train_seconds'])} s."), "",
-        "| phase | seconds |", "|---|---|", *[f"| {p} | {s} |" for p, s in ph.items()], "",
-        f"Failure reasons, base: {b['reasons']}; trained: {tr['reasons']}.", "",
-    ]
-    return "\n".join(lines)
+def _point(ws: Workspace, rep: dict[str, Any]) -> dict[str, Any]:
+    iv = rep["intervals"]
+    return {"run_id": rep["run_id"], "model": rep["model"], "scenarios": rep["scenarios"],
+            "pass^1": iv["overall"]["pass^k"]["1"], "single_call": iv["single_call"]["pass^k"]["1"],
+            "multi_call": iv["multi_call"]["pass^k"]["1"], "diagnostics": rep.get("diagnostics"),
+            "reasons": rep.get("reasons"), "cost": trajectory_stats(ws, rep["run_id"])}

@@ -31,7 +31,8 @@ DEMO = {
     "train_config_dir": "cpu-demo",  # training/configs/cpu-demo/: small steps for 2 CPU cores
     "evaluate": True,
     "k": 2,
-    "eval_max_scenarios": 3,
+    "eval_max_scenarios": 6,  # the demo's evaluation set: 6 held-out scenarios from >= 3 held-out domains
+    "eval_domains": 3,
     # SmolLM2-135M on 2 cores: short conversations keep the demo inside its time budget.
     "max_turns": 3,
     "agent_steps": 3,

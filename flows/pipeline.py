@@ -13,7 +13,7 @@ from prefect import flow
 from agentscaler.artifacts import load_scenarios
 from agentscaler.catalog import Catalog
 from agentscaler.endpoints import is_local
-from agentscaler.workspace import Workspace
+from agentscaler.workspace import Workspace, atomic_write_json
 from flows.build_environments import build_environments_flow
 from flows.closed_loop import gold_replay_run
 from flows.collect_experience import collect_experience_flow
@@ -22,9 +22,14 @@ from flows.discover import discover_flow
 from flows.evaluate import evaluate_flow
 from flows.ingest import ingest_flow
 from flows.train_sft import train_sft_flow
-from tasks.evaluation.report import funnel
+from tasks.evaluation.compare import compare
+from tasks.evaluation.compare import markdown as compare_markdown
+from tasks.evaluation.eval_set import EvalSetError, choose_eval_set, eval_set_path, load_eval_set
+from tasks.evaluation.report import comparison_path, funnel
 from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
 from tasks.rollouts.engine import select_scenarios
+
+EVAL_SET = "pipeline"
 
 
 @flow(name="pipeline")
@@ -37,7 +42,7 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
                   train_model: str | None = None, accelerate_config: str | None = None,
                   num_processes: int | None = None, build_batch_deployment: str | None = None,
                   evaluate: bool = True, k: int = 2,
-                  eval_max_scenarios: int | None = 8, max_turns: int = 6, agent_steps: int = 4,
+                  eval_max_scenarios: int | None = 8, eval_domains: int = 2, max_turns: int = 6, agent_steps: int = 4,
                   max_tokens: int = 256) -> dict[str, Any]:
     """Run every stage; the summary holds each stage's result and the funnel.
 
@@ -75,13 +80,20 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
                                               model=train_model, accelerate_config=accelerate_config,
                                               num_processes=num_processes)
         if evaluate:
-            eval_args = dict(k=k, max_scenarios=eval_max_scenarios, max_turns=max_turns, max_steps=agent_steps,
-                             max_tokens=max_tokens)
-            summary["evaluate"] = _brief(evaluate_flow(str(ws.root), llm=llm, model=model, **eval_args))
+            # One evaluation set (written once) for every model scored, so base and trained see the same scenarios.
+            summary["eval_set"] = _eval_set(ws, eval_max_scenarios, eval_domains)
+            eval_args = dict(k=k, max_turns=max_turns, max_steps=agent_steps, max_tokens=max_tokens,
+                             eval_set=EVAL_SET if summary["eval_set"] else None,
+                             max_scenarios=None if summary["eval_set"] else eval_max_scenarios)
+            base = evaluate_flow(str(ws.root), llm=llm, model=model, **eval_args)
+            summary["evaluate"] = _brief(base)
             checkpoint = _trained_checkpoint(summary.get("train"))
             if checkpoint and is_local(llm):
-                summary["evaluate_trained"] = _brief(evaluate_flow(str(ws.root), llm="local", model="trained",
-                                                                   checkpoint=checkpoint, **eval_args))
+                trained = evaluate_flow(str(ws.root), llm="local", model="trained", checkpoint=checkpoint, **eval_args)
+                summary["evaluate_trained"] = _brief(trained)
+                comparison = compare(base, trained)
+                atomic_write_json(comparison_path(ws, "pipeline"), comparison)
+                publish_markdown("base-vs-trained", compare_markdown(comparison), "the same held-out scenarios")
             summary["closed_loop"] = closed_loop_table(summary)
         runs = (summary["experience"].get("run_ids") or []) + ([summary["gold_replay"]["run_id"]]
                                                               if summary.get("gold_replay") else [])
@@ -104,6 +116,17 @@ def add_tau2_verticals(ws: Workspace) -> dict[str, Any]:
     return out
 
 
+def _eval_set(ws: Workspace, scenarios: int | None, domains: int) -> dict[str, Any] | None:
+    """The pipeline's evaluation set (reports/eval-set-pipeline.json): chosen once, reused by a re-run;
+    None when the workspace holds too few held-out scenarios (the evaluation then takes the first ones)."""
+    if eval_set_path(ws, EVAL_SET).exists():
+        return load_eval_set(ws, EVAL_SET)
+    try:
+        return choose_eval_set(ws, scenarios=scenarios or 8, min_domains=domains, name=EVAL_SET)
+    except EvalSetError:
+        return None
+
+
 def _trained_checkpoint(train: dict[str, Any] | None) -> str | None:
     """The last trained stage's final model folder, if any stage trained."""
     for stage in ("stage2", "stage1"):
@@ -114,14 +137,15 @@ def _trained_checkpoint(train: dict[str, Any] | None) -> str | None:
 
 
 def closed_loop_table(summary: dict[str, Any]) -> dict[str, Any]:
-    """Before/after on the same held-out scenarios: pass^1..k, trials, wall time."""
+    """Before/after on the same held-out scenarios: pass^1..k with 95% intervals, trials, wall time."""
     out: dict[str, Any] = {}
     for name, key in (("baseline", "evaluate"), ("trained", "evaluate_trained")):
         rep = summary.get(key)
         if rep:
             overall = (rep.get("pass^k") or {}).get("overall") or {}
             out[name] = {"pass^k": overall.get("pass^k"), "scenarios": overall.get("scenarios"),
-                         "trials": overall.get("trials"), "wall_s": rep.get("wall_s")}
+                         "trials": overall.get("trials"), "wall_s": rep.get("wall_s"),
+                         "intervals": ((rep.get("intervals") or {}).get("overall") or {}).get("pass^k")}
     return out
 
 

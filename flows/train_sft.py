@@ -40,19 +40,20 @@ def train_task(ws_root: str, stage: int, **options: Any) -> dict[str, Any]:
 def train_sft_flow(workspace: str, stages: list[int] | None = None, max_steps: int | None = None,
                    accelerate_config: str | None = None, num_processes: int | None = None,
                    model: str | None = None, run_ids: list[str] | None = None,
-                   config_dir: str | None = None) -> dict[str, Any]:
+                   config_dir: str | None = None, budget_minutes: float | None = None) -> dict[str, Any]:
     """Stage 2 is skipped (not failed) when the export has no stage-2 rows.
 
     `config_dir` holds stage1.yaml/stage2.yaml (default training/configs/; the demo uses
-    training/configs/cpu-demo/). With `accelerate_config` training runs under `accelerate launch`
-    (DeepSpeed with the zero2/zero3 configs) with `num_processes` processes, by default one per GPU
-    of this machine (one without GPUs)."""
+    training/configs/cpu-demo/); `budget_minutes` is each stage's wall-time budget. With
+    `accelerate_config` training runs under `accelerate launch` (DeepSpeed with the zero2/zero3
+    configs) with `num_processes` processes, by default one per GPU of this machine (one without GPUs)."""
     ws = Workspace(workspace)
     if accelerate_config and num_processes is None:
         num_processes = machine_processes()
     stages = sorted(stages or [1, 2])
     catalog = Catalog(ws.catalog_path)
-    with run_record(catalog, "train_sft", {"stages": stages, "max_steps": max_steps, "model": model}) as summary:
+    with run_record(catalog, "train_sft", {"stages": stages, "max_steps": max_steps, "model": model,
+                                           "budget_minutes": budget_minutes}) as summary:
         summary["export"] = {}
         results: dict[str, Any] = {}
         for stage in stages:
@@ -64,7 +65,7 @@ def train_sft_flow(workspace: str, stages: list[int] | None = None, max_steps: i
             if rows == 0:
                 results[f"stage{stage}"] = {"skipped": f"no stage-{stage} training rows"}
                 continue
-            key = _training_key(ws, stage, config, max_steps, model if stage == 1 else None, results)
+            key = _training_key(ws, stage, config, max_steps, model if stage == 1 else None, results, budget_minutes)
             done = _finished(ws, stage, key)
             if done is not None:  # same data, config and parent weights: a re-run resumes past it
                 results[f"stage{stage}"] = {**done, "skipped_finished": True}
@@ -72,7 +73,7 @@ def train_sft_flow(workspace: str, stages: list[int] | None = None, max_steps: i
             results[f"stage{stage}"] = train_task(
                 str(ws.root), stage, config=config, max_steps=max_steps, model=model if stage == 1 else None,
                 accelerate_config=Path(accelerate_config) if accelerate_config else None,
-                num_processes=num_processes)
+                num_processes=num_processes, budget_minutes=budget_minutes)
             results[f"stage{stage}"]["key"] = key
             atomic_write_json(ws.models_dir / f"stage{stage}" / "key.json", {"key": key})
         summary["train"] = results
@@ -88,13 +89,14 @@ def machine_processes() -> int:
 
 
 def _training_key(ws: Workspace, stage: int, config: Path, max_steps: int | None, model: str | None,
-                  results: dict[str, Any]) -> str:
-    """What decides a stage's weights: its data, config, step cap, base model and (stage 2) stage 1's key."""
+                  results: dict[str, Any], budget_minutes: float | None = None) -> str:
+    """What decides a stage's weights: its data, config, step cap, time budget, base model and (stage 2)
+    stage 1's key."""
     report = ws.sft_dir / f"stage{stage}" / "report.json"
     data = json.loads(report.read_text()).get("content_hash") if report.exists() else None
     parent = (results.get("stage1") or {}).get("key") if stage == 2 else None
     return content_hash({"data": data, "config": Path(config).read_text(), "max_steps": max_steps,
-                         "model": model, "parent": parent})
+                         "model": model, "parent": parent, "budget_minutes": budget_minutes})
 
 
 def _finished(ws: Workspace, stage: int, key: str) -> dict[str, Any] | None:
@@ -127,6 +129,7 @@ def _markdown(summary: dict[str, Any]) -> str:
         if "skipped" in r:
             lines.append(f"| {stage} | skipped: {r['skipped']} |")
         else:
-            lines.append(f"| {stage} | steps {r.get('global_step')}, loss {r.get('train_loss')}, "
-                         f"{r.get('tokens_per_second')} tokens/s |")
+            val = (r.get("eval") or {}).get("eval_loss")
+            lines.append(f"| {stage} | steps {r.get('global_step')} (stopped by {r.get('stopped_by')}), "
+                         f"loss {r.get('train_loss')}, validation loss {val}, {r.get('tokens_per_second')} tokens/s |")
     return "\n".join(lines) + "\n"

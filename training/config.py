@@ -43,7 +43,15 @@ class StageConfig(BaseModel):
     logging_steps: int = 10
     save_steps: int = 500
     save_total_limit: int = 2
-    eval_steps: int | None = None  # None: evaluate at the end only
+    eval_steps: int | None = None  # None: evaluate at the end only (see also eval_every_minutes)
+    eval_every_minutes: float | None = None  # validation loss on the clock too (the curve of a budgeted run)
+    eval_max_rows: int | None = None  # validate on the first N eval rows (export order: a hash) to keep it cheap
+    budget_minutes: float | None = None  # stop training when this much wall time is spent (training/budget.py)
+    packing: bool = False  # TRL best-fit-decreasing packing into max_length blocks (padding-free)
+    padding_free: bool = False  # flatten a batch into one sequence (no pad tokens; block-diagonal attention)
+    group_by_length: bool = False  # batches of similar length (less padding when batch size > 1)
+    freeze_embeddings: bool = False  # no gradient for the token embedding (tied to the LM head in SmolLM2)
+    train_top_layers: int | None = None  # train only the top N decoder layers (+ final norm): no backward below them
     seed: int = 42
     dataloader_num_workers: int = 0
     torch_threads: int | None = None  # None: torch's default; 1 is fastest on a small, shared CPU box

@@ -6,6 +6,11 @@
 Stage 2 uses `model: stage1`, i.e. it starts from `<ws>/models/stage1/final`. Checkpoints,
 `train.log` (written by tasks/sft/train.py), `result.json` and the final model (`final/`) go to
 `<ws>/models/stage{n}/`. The run is always its own process (never inside Prefect's).
+
+`budget_minutes` sizes a run by wall time (training/budget.py: stop at the budget, learning rate
+on the clock); the validation loss (the export's eval split: scenarios never trained on) is
+measured every `eval_steps` and/or `eval_every_minutes` and at the end, and `result.json` holds
+both curves (`curve`), the measured tokens per second and why the run stopped.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from agentscaler.hashing import content_hash
 from agentscaler.workspace import atomic_write_json
+from training.budget import BudgetClock, budget_callback, curve
 from training.chat_template import apply_template
 from training.config import StageConfig, load_config
 from training.gguf_convert import convert_smollm2, load_tokenizer
@@ -72,6 +78,9 @@ def load_datasets(cfg: StageConfig, ws_root: Path) -> tuple[Any, Any | None, dic
     if not out.get("train") or len(out["train"]) == 0:
         raise ValueError(f"{path}: the train split is empty (nothing verified for stage {cfg.stage}?)")
     ev = out.get("eval")
+    if ev is not None and cfg.eval_max_rows is not None and len(ev) > cfg.eval_max_rows:
+        ev = ev.select(range(cfg.eval_max_rows))  # rows are in id (hash) order: a fixed, unbiased subset
+    counts["eval_rows_used"] = len(ev) if ev is not None else 0
     return out["train"], (ev if ev is not None and len(ev) else None), counts
 
 
@@ -107,17 +116,24 @@ def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: b
     from trl import SFTConfig
 
     bf16 = cfg.bf16 if cfg.bf16 != "auto" else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    steps = max_steps if max_steps is not None else cfg.max_steps
+    if cfg.budget_minutes and steps <= 0:
+        steps = 10**6  # the budget decides (or the epochs: num_train_epochs still bounds the run)
     return SFTConfig(
         output_dir=str(out_dir),
         assistant_only_loss=True,
-        max_length=cfg.max_length,
-        packing=False,
+        # rows over max_length were dropped in load_datasets; padding-free without packing wants None here
+        max_length=None if (cfg.padding_free and not cfg.packing) else cfg.max_length,
+        use_cpu=bool(bf16 and not torch.cuda.is_available()),  # bf16 autocast on the CPU
+        packing=cfg.packing,
+        padding_free=cfg.padding_free,
+        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler_type,
         warmup_steps=cfg.warmup_ratio,
         weight_decay=cfg.weight_decay,
         num_train_epochs=cfg.num_train_epochs,
-        max_steps=max_steps if max_steps is not None else cfg.max_steps,
+        max_steps=steps,
         per_device_train_batch_size=cfg.per_device_train_batch_size,
         per_device_eval_batch_size=cfg.per_device_eval_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
@@ -140,10 +156,52 @@ def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: b
     )
 
 
+def trainer_class(cfg: StageConfig, clock: BudgetClock) -> Any:
+    """TRL's SFTTrainer, or (with a budget) one whose learning rate follows the clock (training/budget.py)."""
+    from torch.optim.lr_scheduler import LambdaLR  # the [train] extra: heavy, loaded on use
+    from trl import SFTTrainer
+
+    if not cfg.budget_minutes:
+        return SFTTrainer
+
+    class BudgetSFTTrainer(SFTTrainer):
+        def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+            if self.lr_scheduler is None:
+                self.lr_scheduler = LambdaLR(optimizer or self.optimizer,
+                                             lambda _step: clock.lr_multiplier(cfg.lr_scheduler_type, cfg.warmup_ratio))
+            return self.lr_scheduler
+
+    return BudgetSFTTrainer
+
+
+def freeze_embeddings(model: Any) -> int:
+    """Stop the token embedding's gradient (tied to the LM head in SmolLM2, so both stay); returns its size."""
+    weight = model.get_input_embeddings().weight
+    weight.requires_grad_(False)
+    return int(weight.numel())
+
+
+def train_top_layers(model: Any, n: int) -> int:
+    """Train only the top `n` decoder layers and the final norm (an untied LM head too); everything
+    below gets no gradient, so backward stops at the lowest trained layer. Returns the frozen size."""
+    layers = model.get_decoder().layers
+    if not 1 <= n <= len(layers):
+        raise ValueError(f"train_top_layers={n}: the model has {len(layers)} decoder layers")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    keep = [*layers[len(layers) - n:], model.get_decoder().norm]
+    head = model.get_output_embeddings()
+    if head is not None and head.weight is not model.get_input_embeddings().weight:
+        keep.append(head)
+    for module in keep:
+        for p in module.parameters():
+            p.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if not p.requires_grad)
+
+
 def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[str, Any]:
     """Train one stage and write `<out>/final/` and `<out>/result.json`; returns the result."""
     from datasets.utils.logging import disable_progress_bar  # the [train] extra: heavy, loaded on use
-    from trl import SFTTrainer
 
     disable_progress_bar()
     if cfg.torch_threads:
@@ -159,11 +217,17 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[s
     args = sft_args(cfg, out_dir, max_steps, eval_ds is not None)
     model, tok, source = load_model_and_tokenizer(cfg, ws_root)
     start_fp = weight_fingerprint(model)
+    frozen = freeze_embeddings(model) if cfg.freeze_embeddings else 0
+    if cfg.train_top_layers:
+        frozen = train_top_layers(model, cfg.train_top_layers)
     timer = _step_timer()
-    trainer = SFTTrainer(model=model, args=args,
-                         train_dataset=train_ds, eval_dataset=eval_ds, processing_class=tok, callbacks=[timer])
+    clock = BudgetClock(cfg.budget_minutes * 60 if cfg.budget_minutes else None)
+    eval_every = cfg.eval_every_minutes * 60 if (cfg.eval_every_minutes and eval_ds is not None) else None
+    budget = budget_callback(clock, eval_every)
+    trainer = trainer_class(cfg, clock)(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+                                        processing_class=tok, callbacks=[timer, budget])
     n_train_tokens = sum(len(x) for x in trainer.train_dataset["input_ids"])
-    n_loss_tokens = sum(sum(1 for t in x if t != -100) for x in trainer.train_dataset["labels"])
+    n_loss_tokens = _loss_tokens(trainer.train_dataset)
     t0 = time.perf_counter()
     out = trainer.train()
     train_s = time.perf_counter() - t0
@@ -178,15 +242,23 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[s
     steps = trainer.state.global_step
     tokens_per_step = cfg.gradient_accumulation_steps * cfg.per_device_train_batch_size * (
         n_train_tokens / max(1, len(trainer.train_dataset))) * max(1, trainer.args.world_size)
-    seen_tokens = steps * tokens_per_step  # approximate: mean row length x rows per step
+    # TRL counts the tokens it trained on (num_tokens, cumulative); the mean row length x rows per step otherwise
+    counted = [h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h]
+    seen_tokens = float(counted[-1]) if counted else steps * tokens_per_step
+    max_steps_set = args.max_steps
+    stopped_by = ("budget" if budget.stopped_by_budget else "max_steps" if steps >= max_steps_set > 0 else "epochs")
     result = {
         "stage": cfg.stage, "model_source": source, "start_fingerprint": start_fp,
         "end_fingerprint": weight_fingerprint(trainer.model), "global_step": steps,
         "train_loss": out.training_loss, "losses": losses, "first_loss": losses[0] if losses else None,
         "last_loss": losses[-1] if losses else None,
         "loss_finite": all(math.isfinite(x) for x in losses) and math.isfinite(out.training_loss),
-        "eval": eval_metrics, "train_seconds": train_s, "approx_tokens_seen": seen_tokens,
+        "eval": eval_metrics, "train_seconds": train_s, "tokens_seen": seen_tokens,
         "tokens_per_second": seen_tokens / train_s if train_s > 0 else None,
+        "curve": curve(trainer.state.log_history), "stopped_by": stopped_by,
+        "final_learning_rate": float(trainer.lr_scheduler.get_last_lr()[0]) if trainer.lr_scheduler else None,
+        "budget_minutes": cfg.budget_minutes, "frozen_parameters": frozen,
+        "epochs": trainer.state.epoch,
         "tokens_per_step": tokens_per_step, "step_seconds": timer.seconds,
         "dataset": counts, "train_tokens": n_train_tokens, "loss_tokens": n_loss_tokens,
         "output_dir": str(out_dir), "final_dir": str(final), "config": cfg.model_dump(),
@@ -197,6 +269,14 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[s
     return result
 
 
+def _loss_tokens(ds: Any) -> int:
+    """Tokens that carry loss (assistant tokens): TRL's assistant_masks, or labels != -100."""
+    col = "assistant_masks" if "assistant_masks" in ds.column_names else "labels"
+    if col == "labels":
+        return sum(sum(1 for t in x if t != -100) for x in ds[col])
+    return sum(sum(x) for x in ds[col])
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Two-stage SFT: train one stage.")
     ap.add_argument("--config", required=True, help="stage YAML (training/configs/stage1.yaml)")
@@ -204,10 +284,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-steps", type=int, default=None, help="override the config's max_steps")
     ap.add_argument("--model", default=None, help="override the config's model")
     ap.add_argument("--output-dir", default=None, help="override the config's output_dir")
+    ap.add_argument("--budget-minutes", type=float, default=None, help="stop after this much wall time")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    cfg = load_config(args.config, model=args.model, output_dir=args.output_dir)
+    cfg = load_config(args.config, model=args.model, output_dir=args.output_dir, budget_minutes=args.budget_minutes)
     result = run(cfg, Path(args.workspace), max_steps=args.max_steps)
     print("RESULT " + json.dumps({k: result[k] for k in ("stage", "global_step", "train_loss", "final_dir")}),
           flush=True)

@@ -8,6 +8,12 @@ communicated). pass^k = C(c,k)/C(n,k) from tasks.verify.passk, averaged over sce
 failure is the user simulator's or the environment's are left out of pass^k (reported as
 `pass^k_raw` with them).
 
+Every pass^k comes with a 95% bootstrap interval over scenarios (tasks.evaluation.intervals),
+overall and for single-call and multi-call scenarios apart; failures are counted by reason and by
+scenario length (gold calls), and `diagnostics` says how far the agent got (tried a call, named
+the first gold tool, made the first gold call exactly). `scenario_ids` pins the scenarios (an
+evaluation set, tasks.evaluation.eval_set), so two models are scored on the same ones.
+
 Output: `<ws>/reports/eval-<run>.json`.
 """
 
@@ -22,11 +28,12 @@ from typing import Any
 from agentscaler.artifacts import load_scenarios, load_trajectories, scenario_map
 from agentscaler.models import Scenario, Trajectory
 from agentscaler.workspace import Workspace, atomic_write_json
-from tasks.evaluation.tau2 import DOMAINS, agreement, score_run, tau2_domain_dir
+from tasks.evaluation.intervals import passk_intervals
+from tasks.evaluation.tau2 import DOMAINS, agent_calls, agreement, score_run, tau2_domain_dir
 from tasks.rollouts.conversation import RolloutConfig
 from tasks.rollouts.engine import run_rollouts
-from tasks.verify.passk import passk_report
-from tasks.verify.verify import verify_run
+from tasks.verify.passk import passk_report, scenario_counts
+from tasks.verify.verify import call_key, verify_run
 
 
 def eval_path(ws: Workspace, run_id: str) -> Path:
@@ -42,8 +49,44 @@ def result_rows(trajectories: list[Trajectory], scenarios: dict[str, Scenario]) 
         s = scenarios.get(t.scenario_id)
         rows.append({"scenario_id": t.scenario_id, "domain": t.domain, "passed": t.verdict.passed,
                      "attribution": t.verdict.attribution, "n_gold_calls": len(s.gold_calls) if s else 0,
-                     "read_only": bool(s.read_only) if s else None})
+                     "read_only": bool(s.read_only) if s else None, "reasons": list(t.verdict.reasons)})
     return rows
+
+
+def diagnose(t: Trajectory, s: Scenario | None) -> dict[str, bool]:
+    """How far the agent got on one trial: tried a tool call (well-formed or not), made a well-formed
+    one, named the first gold tool first, made the first gold call exactly (name and arguments)."""
+    said = [m for m in t.messages if m.get("role") == "assistant"]
+    tried = any(m.get("tool_calls") or "tool_call>" in str(m.get("content") or "") for m in said)
+    calls = agent_calls(t.messages)
+    right_tool = right_call = False
+    if calls and s is not None and s.gold_calls:
+        first, gold = calls[0], s.gold_calls[0]
+        right_tool = first["name"] == gold.name
+        right_call = right_tool and call_key(first["name"], first["arguments"]) == call_key(gold.name, gold.arguments)
+    return {"tried_call": tried, "well_formed_call": bool(calls), "right_first_tool": right_tool,
+            "right_first_call": right_call}
+
+
+def _group(rows: list[dict[str, Any]], k: int | None) -> dict[str, Any]:
+    """pass^1..k with intervals, trials, passes and failure reasons of a group of rows."""
+    counts = scenario_counts(rows)
+    top = k or max((n for n, _ in counts.values()), default=1)
+    return {"scenarios": len(counts), "trials": sum(n for n, _ in counts.values()),
+            "passed": sum(c for _, c in counts.values()), "pass^k": passk_intervals(counts, top),
+            "reasons": dict(Counter(r for row in rows if not row["passed"] for r in row["reasons"]).most_common())}
+
+
+GROUPS = {"overall": lambda r: True, "single_call": lambda r: r["n_gold_calls"] == 1,
+          "multi_call": lambda r: r["n_gold_calls"] > 1}
+
+
+def breakdown(rows: list[dict[str, Any]], k: int | None) -> dict[str, Any]:
+    """Overall, single-call and multi-call scenarios apart, and by scenario length (gold calls)."""
+    out = {name: _group([r for r in rows if keep(r)], k) for name, keep in GROUPS.items()}
+    out["by_length"] = {str(n): _group([r for r in rows if r["n_gold_calls"] == n], k)
+                        for n in sorted({r["n_gold_calls"] for r in rows})}
+    return out
 
 
 def summarize(trajectories: list[Trajectory], scenarios: dict[str, Scenario], k: int | None = None) -> dict[str, Any]:
@@ -56,7 +99,13 @@ def summarize(trajectories: list[Trajectory], scenarios: dict[str, Scenario], k:
         cell[0] += 1
         cell[1] += int(r["passed"])
     passed = sum(r["passed"] for r in rows)
+    diag = [diagnose(t, scenarios.get(t.scenario_id)) for t in trajectories if t.verdict is not None]
     return {"trajectories": len(trajectories), "verified": len(rows), "passed": passed,
+            "intervals": breakdown(rows, k),
+            "scenario_counts": {name: {key: list(nc) for key, nc in scenario_counts([r for r in rows if keep(r)]).items()}
+                                for name, keep in GROUPS.items()},
+            "diagnostics": {key: sum(d[key] for d in diag) for key in
+                            ("tried_call", "well_formed_call", "right_first_tool", "right_first_call")},
             "accuracy": round(passed / len(rows), 6) if rows else None,
             "unverified": len(trajectories) - len(rows),
             "pass^k": passk_report(rows, max_k=k), "pass^k_raw": passk_report(rows, max_k=k, agent_only=False),
@@ -83,6 +132,7 @@ def evaluate_run(ws: Workspace, run_id: str, k: int | None = None, meta: dict[st
     summary = summarize(trajs, scenarios, k)
     report = {"run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
               "k": k, "domains": sorted({t.domain for t in trajs}), "scenarios": len({t.scenario_id for t in trajs}),
+              "scenario_ids": sorted({t.scenario_id for t in trajs}),
               **summary, "verify_funnel": verify.get("funnel"), "tau2_scored": len(tau2)}
     atomic_write_json(eval_path(ws, run_id), report)
     return report
@@ -91,7 +141,7 @@ def evaluate_run(ws: Workspace, run_id: str, k: int | None = None, meta: dict[st
 def evaluate(ws: Workspace, base_url: str | list[str], *, model: str = "smollm2-135m", k: int = 4,
              split: str = "heldout", max_scenarios: int | None = None, domains: list[str] | None = None,
              tau2: bool | list[str] = False, run_id: str | None = None, cfg: RolloutConfig | None = None, concurrency: int = 8,
-             timeout: float = 120, agreement_sample: int = 5) -> dict[str, Any]:
+             timeout: float = 120, agreement_sample: int = 5, scenario_ids: list[str] | None = None) -> dict[str, Any]:
     """Roll the model out k times on each scenario of `split` and report.
 
     tau2=True (or a list such as ["retail"]): tau2's airline/retail tasks instead, through our
@@ -110,7 +160,8 @@ def evaluate(ws: Workspace, base_url: str | list[str], *, model: str = "smollm2-
     cfg = cfg or RolloutConfig()
     t0 = time.perf_counter()
     rollout = run_rollouts(ws, base_url, model=model, trials=k, split=split, max_scenarios=max_scenarios,
-                           domains=domains, cfg=cfg, run_id=run_id, concurrency=concurrency, timeout=timeout)
+                           domains=domains, cfg=cfg, run_id=run_id, concurrency=concurrency, timeout=timeout,
+                           scenario_ids=scenario_ids)
     meta = {"model": model, "split": split, "suite": "tau2" if tau2 else "heldout",
             "rollout": {key: rollout.get(key) for key in ("planned", "written", "skipped_existing", "failed_domains",
                                                          "end_reasons", "wall_s", "sims_per_hour", "errors")}}

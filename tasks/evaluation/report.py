@@ -24,8 +24,12 @@ from agentscaler.plots import pyplot, save_png
 from agentscaler.workspace import Workspace, atomic_write_text
 from envs.spec import DomainSpec
 from tasks.environments.quality import quality_summary
+from tasks.evaluation.compare import interval_text as _interval
+from tasks.evaluation.compare import markdown as compare_markdown
+from tasks.evaluation.compare import points as _points
 from tasks.evaluation.contamination import contamination_path
 from tasks.evaluation.evaluate import eval_path
+from tasks.rollouts.conversation import sampling_temperature
 
 
 def _parquet_rows(path: Path) -> int:
@@ -102,6 +106,44 @@ def plot_funnel(counts: dict[str, int], path: Path) -> Path:
     for i, n in enumerate(names[::-1]):
         ax.text(counts[n], i, f" {counts[n]}", va="center", fontsize=8)
     ax.set(xscale="symlog", xlabel="count (symlog)", title="data funnel")
+    return save_png(fig, path)
+
+
+def plot_training_curve(curve: dict[str, list[dict[str, Any]]], path: Path) -> Path:
+    """Train loss (per logged step) and validation loss (scenarios never trained on) against steps."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    train, val = curve.get("train") or [], curve.get("validation") or []
+    ax.plot([p["step"] for p in train], [p["loss"] for p in train], color="tab:blue", alpha=0.5, linewidth=1,
+            label="train loss")
+    if val:
+        ax.plot([p["step"] for p in val], [p["loss"] for p in val], color="tab:red", marker="o",
+                label="validation loss (held-out rows)")
+    ax.set(xlabel="optimizer step", ylabel="loss (assistant tokens)", title="SFT loss")
+    ax.legend(fontsize=8)
+    return save_png(fig, path)
+
+
+def plot_scaling(points: list[dict[str, Any]], path: Path) -> Path:
+    """Held-out pass^1 with its 95% interval against the number of training domains (0 = base)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [max(p["domains"], 1) for p in points]
+    for key, color, label in (("pass^1", "tab:blue", "all scenarios"), ("single_call", "tab:green", "single-call"),
+                              ("multi_call", "tab:orange", "multi-call")):
+        ivs = [p.get(key) or {} for p in points]
+        ok = [(x, iv) for x, iv in zip(xs, ivs) if iv.get("estimate") is not None]
+        if not ok:
+            continue
+        ys = [iv["estimate"] for _, iv in ok]
+        err = [[y - iv["low"] for y, (_, iv) in zip(ys, ok)], [iv["high"] - y for y, (_, iv) in zip(ys, ok)]]
+        ax.errorbar([x for x, _ in ok], ys, yerr=err, marker="o", capsize=3, color=color, label=label,
+                    linewidth=2 if key == "pass^1" else 1)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [p["label"] for p in points], fontsize=7)
+    ax.set(xlabel="training domains (log scale; 0 = base model)", ylabel="held-out pass^1", ylim=(0, 1),
+           title="environment-scaling curve")
+    ax.legend(fontsize=8)
     return save_png(fig, path)
 
 
@@ -204,12 +246,128 @@ def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int]
     return "\n".join(out) + "\n"
 
 
+# ------------------------------------------------------------- closed loop and scaling curve
+def closed_loop_markdown(out: dict[str, Any]) -> str:
+    """reports/closed_loop.md from reports/closed_loop.json (flows/closed_loop.py)."""
+    cfg, ev, tr = out["config"], out["eval_set"], out["train"]
+    b, t = out["base"]["heldout"], out["trained"]["heldout"]
+    lines = [
+        "# Closed loop on CPU: SmolLM2-135M before and after SFT", "",
+        (f"Evaluation set: {ev['scenarios']} held-out scenarios from {len(ev['domains'])} held-out domains "
+         f"({ev['single_call']} single-call, {ev['multi_call']} multi-call; prompts <= "
+         f"{ev['criteria']['max_prompt_tokens']} tokens), k = {cfg['k']} trials each at temperature "
+         f"{sampling_temperature(cfg['k'])}, scripted user, the same scenarios for both models, both served by the "
+         "same runtime with the same decoding."), "",
+        compare_markdown(out["comparison"], "base", "trained"),
+    ]
+    if out.get("tau2_comparison"):
+        lines += ["## tau2-bench test splits (airline + retail, scored as tau2 scores them)", "",
+                  compare_markdown(out["tau2_comparison"], "base", "trained")]
+    ex = out["export"]
+    lines += [
+        "## Training", "",
+        (f"Data: {ex['rows']['train']} training sessions ({ex['conversations_by_origin']['train']} conversations by "
+         f"origin; gold-replay = demonstrations replayed from the scenarios' gold calls, any other origin = that "
+         f"model's verified experience), {ex['rows']['eval']} validation sessions from scenarios never trained on, "
+         f"sessions of <= {ex['session_length']} tokens."),
+        (f"Run: {tr['global_step']} optimizer steps (batch {cfg['batch_size']} x {cfg['grad_accum']} accumulation), "
+         f"stopped by {tr['stopped_by']} ({cfg['budget_minutes']} min budget), {_t(tr['train_seconds'])} s, "
+         f"{_t(tr['tokens_per_second'])} tokens/s, learning rate {cfg['learning_rate']} ({cfg['lr_scheduler_type']} on "
+         f"the clock), bf16 {cfg['bf16']}."), "",
+        "| step | elapsed (s) | train loss | validation loss |", "|---|---|---|---|",
+    ]
+    val = {p["step"]: p["loss"] for p in tr["curve"]["validation"]}
+    for p in _thin(tr["curve"]["train"], 12):
+        lines.append(f"| {p['step']} | {_t(p['elapsed_s'])} | {p['loss']:.3f} | "
+                     f"{val[p['step']]:.3f} |" if p["step"] in val else
+                     f"| {p['step']} | {_t(p['elapsed_s'])} | {p['loss']:.3f} | |")
+    for s, v in val.items():
+        if s not in {p["step"] for p in _thin(tr["curve"]["train"], 12)}:
+            lines.append(f"| {s} | | | {v:.3f} |")
+    lines += ["", f"![training curve]({Path(out['figures']['training_curve']).name})", "",
+              "## Cost", "", "| model | suite | conversations | agent requests | s per request | eval wall (s) |",
+              "|---|---|---|---|---|---|"]
+    for side in ("base", "trained"):
+        for suite, rep in out[side].items():
+            c = rep["cost"]
+            lines.append(f"| {rep['model']} | {suite} | {c['conversations']} | {c['agent_requests']} "
+                         f"| {c['seconds_per_request']} | {rep.get('wall_s')} |")
+    lines += ["", "| phase | seconds |", "|---|---|", *[f"| {p} | {s} |" for p, s in out["phases_s"].items()], ""]
+    return "\n".join(lines)
+
+
+def _t(v: Any) -> str:
+    return "n/a" if v is None else f"{float(v):.1f}"
+
+
+def _thin(points: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """At most n points, evenly spaced, the last one kept."""
+    if len(points) <= n:
+        return points
+    step = len(points) / n
+    picked = [points[int(i * step)] for i in range(n)]
+    return picked[:-1] + [points[-1]]
+
+
+def scaling_markdown(out: dict[str, Any]) -> str:
+    """reports/scaling.md from reports/scaling.json (flows/closed_loop.scaling_curve)."""
+    cfg = out["config"]
+    lines = ["# Environment-scaling curve (SmolLM2-135M, CPU)", "",
+             (f"Held-out pass^1 (k = {cfg['scaling_k']}, in percent, 95% bootstrap interval over scenarios) on the same "
+              f"evaluation set, after SFT on the first N train domains (a fixed hash order: each set contains the "
+              f"smaller ones), {out['steps']} optimizer steps each (batch {cfg['batch_size']} x {cfg['grad_accum']}), "
+              f"the same learning rate, sessions and data recipe (gold replays of the domains' train scenarios"
+              f"{' + experience ' + str(cfg['experience_runs']) if cfg['experience_runs'] else ''})."), "",
+             "| train domains | conversations (train) | pass^1 | single-call | multi-call | right first tool | train loss (last) |",
+             "|---|---|---|---|---|---|---|"]
+    for p in out["points"]:
+        conv = (p.get("export") or {}).get("conversations_by_origin") or {}
+        d = p.get("diagnostics") or {}
+        lines.append(f"| {p['label']} | {sum((conv.get('train') or {}).values()) if conv else 0} | {_interval(p['pass^1'])} "
+                     f"| {_interval(p['single_call'])} | {_interval(p['multi_call'])} | {d.get('right_first_tool')} "
+                     f"| {_t((p.get('train') or {}).get('last_loss'))} |")
+    lines += ["", f"![scaling curve]({Path(out['figure']).name})", ""]
+    return "\n".join(lines)
+
+
 def markdown_to_html(md: str, title: str) -> str:
     body = markdown.markdown(md, extensions=["tables"])
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
             "td,th{border:1px solid #ccc;padding:2px 8px}img{max-width:100%}</style></head>"
             f"<body>{body}</body></html>\n")
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text("utf-8")) if path.exists() else None
+
+
+def comparison_path(ws: Workspace, name: str) -> Path:
+    """reports/comparison-<name>.json: a base-vs-trained comparison (tasks.evaluation.compare), e.g. the demo's."""
+    return ws.reports_dir / f"comparison-{name}.json"
+
+
+def loop_sections(ws: Workspace, out_dir: Path, images: dict[str, str]) -> str:
+    """The report's closing sections, from what the workspace holds: base-vs-trained comparisons
+    (the pipeline's and the demo's), the closed loop (reports/closed_loop.json) with its training
+    curve, and the environment-scaling curve (reports/scaling.json); their PNGs go to `out_dir`."""
+    out: list[str] = []
+    for path in sorted(ws.reports_dir.glob("comparison-*.json")):
+        cmp = json.loads(path.read_text("utf-8"))
+        out += [f"## Base vs trained: {path.stem.removeprefix('comparison-')}", "",
+                f"`{cmp.get('base_model')}` vs `{cmp.get('trained_model')}` on the same "
+                f"{cmp['groups']['overall']['scenarios']} held-out scenarios, k = {cmp['k']}.", "",
+                compare_markdown(cmp, "base", "trained")]
+    loop = _read(ws.reports_dir / "closed_loop.json")
+    if loop:
+        images["closed_loop_training"] = plot_training_curve(loop["train"]["curve"],
+                                                             out_dir / "closed_loop_training.png").name
+        out += [closed_loop_markdown(loop).replace("# Closed loop", "## Closed loop", 1)]
+    scaling = _read(ws.reports_dir / "scaling.json")
+    if scaling and scaling.get("figure"):
+        images["scaling"] = plot_scaling(scaling["points"], out_dir / "scaling.png").name
+        out += [scaling_markdown(scaling).replace("# Environment", "## Environment", 1)]
+    return ("\n" + "\n".join(out)) if out else ""
 
 
 def write_report(ws: Workspace, run_id: str | None = None) -> dict[str, Any]:
@@ -228,6 +386,7 @@ def write_report(ws: Workspace, run_id: str | None = None) -> dict[str, Any]:
     cont_path = contamination_path(ws)
     cont = json.loads(cont_path.read_text("utf-8")) if cont_path.exists() else None
     md = report_markdown(run_id, counts, sizes, ev, images, bfcl, cont, quality_summary(ws))
+    md += loop_sections(ws, out_dir, images)
     atomic_write_text(out_dir / "report.md", md)
     atomic_write_text(out_dir / "report.html", markdown_to_html(md, f"AgentScaler report {name}"))
     return {"dir": str(out_dir), "markdown": str(out_dir / "report.md"), "html": str(out_dir / "report.html"),

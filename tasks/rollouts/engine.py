@@ -189,11 +189,14 @@ async def rollout_async(ws: Workspace, scenarios: list[Scenario], run_id: str, c
 
 
 def select_scenarios(ws: Workspace, split: str = "train", max_scenarios: int | None = None,
-                     domains: list[str] | None = None) -> list[Scenario]:
-    """Scenarios of a split, spread over domains round-robin (first N per a stable order)."""
+                     domains: list[str] | None = None, scenario_ids: list[str] | None = None) -> list[Scenario]:
+    """Scenarios of a split, spread over domains round-robin (first N per a stable order);
+    `scenario_ids` keeps only those (an evaluation set: tasks.evaluation.eval_set)."""
+    wanted = set(scenario_ids) if scenario_ids is not None else None
     by_domain: dict[str, list[Scenario]] = {}
     for d in domains if domains is not None else ws.domain_ids():
-        rows = [s for s in load_scenarios(ws, d) if split == "all" or s.split == split]
+        rows = [s for s in load_scenarios(ws, d) if (split == "all" or s.split == split)
+                and (wanted is None or s.id in wanted)]
         if rows:
             by_domain[d] = sorted(rows, key=lambda s: s.id)
     out: list[Scenario] = []
@@ -207,10 +210,10 @@ def select_scenarios(ws: Workspace, split: str = "train", max_scenarios: int | N
 def run_rollouts(ws: Workspace, base_url: str | list[str], *, model: str = "smollm2-135m", trials: int = 1,
                  split: str = "train", max_scenarios: int | None = None, domains: list[str] | None = None,
                  cfg: RolloutConfig | None = None, run_id: str | None = None, concurrency: int = 8,
-                 timeout: float = 120, use_cache: bool = True) -> dict[str, Any]:
+                 timeout: float = 120, use_cache: bool = True, scenario_ids: list[str] | None = None) -> dict[str, Any]:
     """Plain entry point (CLI, Prefect task): select scenarios, run them, return the report."""
     cfg = cfg or RolloutConfig()
-    scenarios = select_scenarios(ws, split, max_scenarios, domains)
+    scenarios = select_scenarios(ws, split, max_scenarios, domains, scenario_ids)
     run_id = run_id or default_run_id(model, cfg, trials, [s.id for s in scenarios])
     cache = ws.cache_dir / "llm.sqlite" if use_cache else None
 

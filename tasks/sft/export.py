@@ -13,7 +13,17 @@ Why each step:
 
 - trajectories of held-out scenarios (evaluation runs live in the same workspace) and of
   scenarios flagged by the contamination check (`agentscaler contamination`) stay out, counted by
-  reason: `export_sft` reads both itself, so no caller can skip them.
+  reason: `export_sft` reads both itself, so no caller can skip them;
+- every row keeps its origin (`origin`: the trajectory's agent_model, `gold-replay` for
+  demonstrations replayed from gold calls, the model's name for agent experience) and the report
+  counts rows per origin, so demonstrations and experience are never mixed up in a count;
+- `session_length` (optional) joins conversations of one domain and one origin into sessions of up
+  to that many tokens: the domain's system prompt and tool schemas (most of a row's tokens: ~2-3k
+  of ~3k) come once, followed by several user requests each handled to the end. On a CPU this
+  trains on several times more demonstrations per token; the loss stays on assistant turns only,
+  and train/eval splits are made before joining (a session never mixes them);
+- `domains` (optional) keeps only rows of those domains (the environment-scaling curve trains on
+  nested subsets of the train domains), `out_dir` writes somewhere other than `<ws>/sft/`.
 
 Stage 1 = general domains, stage 2 = target verticals (`tau2-*` or a given list).
 Layout: `<ws>/sft/stage{1,2}/{train,eval}.parquet`, `<ws>/sft/stage{1,2}/hf/` (DatasetDict via
@@ -139,7 +149,8 @@ def row_from_trajectory(traj: Trajectory) -> dict[str, Any]:
             raise RowError("malformed_tool_schema", f"tools[{k}] is not an OpenAI function schema")
     tools_json = json.dumps(tools, ensure_ascii=False, sort_keys=True)
     return {"id": content_hash({"messages": messages, "tools": tools}), "trajectory_id": traj.id,
-            "scenario_id": traj.scenario_id, "domain": traj.domain, "messages": messages, "tools": tools_json}
+            "scenario_id": traj.scenario_id, "domain": traj.domain, "messages": messages, "tools": tools_json,
+            "origin": traj.agent_model or "unknown", "trajectory_ids": [traj.id], "conversations": 1}
 
 
 def count_tokens(tokenizer: Any, row: dict[str, Any]) -> int:
@@ -153,14 +164,48 @@ def _eval_bucket(scenario_id: str) -> float:
     return int(content_hash({"eval_split": scenario_id}, 8), 16) / 16**8
 
 
+def join_sessions(rows: list[dict], tokenizer: Any, session_length: int) -> list[dict]:
+    """Join rows of one domain, origin and tool list (in id order) into sessions of <= session_length
+    tokens: the first row whole, each next one without its system message (the same text)."""
+    groups: dict[tuple[str, str, str, str], list[dict]] = {}
+    for r in rows:
+        system = r["messages"][0]["content"] if r["messages"] and r["messages"][0]["role"] == "system" else ""
+        groups.setdefault((r["domain"], r["origin"], r["tools"], system), []).append(r)
+    out: list[dict] = []
+
+    def close(cur: dict | None) -> None:
+        if cur is not None:
+            cur["id"] = content_hash({"messages": cur["messages"], "tools": cur["tools"]})
+            out.append(cur)
+
+    for (_, _, _, system), group in sorted(groups.items()):
+        cur: dict | None = None
+        for r in sorted(group, key=lambda x: x["id"]):
+            if cur is not None and system:
+                joined = {**cur, "messages": cur["messages"] + r["messages"][1:]}
+                n = count_tokens(tokenizer, joined)
+                if n <= session_length:
+                    cur = {**joined, "n_tokens": n, "trajectory_ids": cur["trajectory_ids"] + r["trajectory_ids"],
+                           "conversations": cur["conversations"] + 1}
+                    continue
+            close(cur)
+            cur = dict(r)
+        close(cur)
+    return sorted(out, key=lambda r: r["id"])
+
+
 def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_LENGTH,
                target_domains: list[str] | None = None, eval_fraction: float = DEFAULT_EVAL_FRACTION,
-               exclude_scenarios: dict[str, str] | None = None,
+               exclude_scenarios: dict[str, str] | None = None, domains: list[str] | None = None,
+               session_length: int | None = None,
                ) -> tuple[dict[int, dict[str, list[dict]]], dict[str, Any]]:
     """Read trajectory files and return ({stage: {"train": rows, "eval": rows}}, report).
 
     `exclude_scenarios`: scenario id -> reason (held-out split, contamination flag); such
-    trajectories are kept out of training and counted under that reason."""
+    trajectories are kept out of training and counted under that reason. `domains`: only these
+    (others are counted as `outside_domains`, not as dropped). `session_length`: join_sessions."""
+    keep_domains = set(domains) if domains is not None else None
+    outside = 0
     dropped: Counter[str] = Counter()
     errors: list[str] = []
     read = skipped_unverified = 0
@@ -179,6 +224,9 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
                 drop(bad or "invalid_trajectory", where, detail)
                 continue
             where = f"{where} (trajectory {traj.id})"
+            if keep_domains is not None and traj.domain not in keep_domains:
+                outside += 1
+                continue
             if traj.verdict is None or not traj.verdict.passed:
                 skipped_unverified += 1
                 continue
@@ -216,10 +264,21 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
             ev = [r for r in rows if r["scenario_id"] == first]
         ev_ids = {r["id"] for r in ev}
         splits[stage] = {"train": [r for r in rows if r["id"] not in ev_ids], "eval": ev}
+    conversations = {f"stage{s}": {k: _by_origin(v) for k, v in sp.items()} for s, sp in splits.items()}
+    if session_length:
+        splits = {s: {k: join_sessions(v, tokenizer, session_length) for k, v in sp.items()}
+                  for s, sp in splits.items()}
     report = {"files": [str(f) for f in files], "read": read, "skipped_unverified": skipped_unverified,
               "kept": {f"stage{s}": {k: len(v) for k, v in sp.items()} for s, sp in splits.items()},
+              "conversations_by_origin": conversations, "session_length": session_length,
+              "outside_domains": outside, "domains": sorted(keep_domains) if keep_domains is not None else None,
               "dropped": dict(sorted(dropped.items())), "errors": errors, "max_length": max_length}
     return splits, report
+
+
+def _by_origin(rows: list[dict]) -> dict[str, int]:
+    """Conversations per origin (gold-replay demonstrations vs each model's experience)."""
+    return dict(sorted(Counter(r["origin"] for r in rows).items()))
 
 
 def _features():
@@ -229,7 +288,8 @@ def _features():
            "tool_call_id": Value("string"), "name": Value("string")}
     return Features({"id": Value("string"), "trajectory_id": Value("string"), "scenario_id": Value("string"),
                      "domain": Value("string"), "stage": Value("int32"), "n_tokens": Value("int32"),
-                     "messages": List(msg), "tools": Value("string")})
+                     "messages": List(msg), "tools": Value("string"), "origin": Value("string"),
+                     "trajectory_ids": List(Value("string")), "conversations": Value("int32")})
 
 
 def _to_dataset(rows: list[dict]):
@@ -262,6 +322,7 @@ def write_stage(out_dir: Path, split_rows: dict[str, list[dict]], report: dict[s
     digest = content_hash({k: [r["id"] for r in v] for k, v in split_rows.items()})
     stage_report = {**report, "content_hash": digest,
                     "rows": {k: len(v) for k, v in split_rows.items()},
+                    "rows_by_origin": {k: _by_origin(v) for k, v in split_rows.items()},
                     "tokens": {k: sum(r["n_tokens"] for r in v) for k, v in split_rows.items()}}
     rep_path = out_dir / "report.json"
     if rep_path.exists() and (out_dir / "hf").exists():
@@ -294,22 +355,28 @@ def excluded_scenarios(ws: Workspace) -> dict[str, str]:
 def export_sft(ws: Workspace, tokenizer: Any | None = None, stages: tuple[int, ...] = (1, 2),
                run_ids: list[str] | None = None, max_length: int | None = None,
                target_domains: list[str] | None = None, eval_fraction: float = DEFAULT_EVAL_FRACTION,
-               tokenizer_loader: Callable[[], Any] | None = None) -> dict[str, Any]:
-    """Export verified trajectories of `ws` to `<ws>/sft/stage{n}/`; returns the counts report.
+               tokenizer_loader: Callable[[], Any] | None = None, domains: list[str] | None = None,
+               session_length: int | None = None, out_dir: Path | None = None) -> dict[str, Any]:
+    """Export verified trajectories of `ws` to `<ws>/sft/stage{n}/` (or `<out_dir>/stage{n}/`);
+    returns the counts report.
 
     `max_length` defaults to the stage configs' (the smallest of `stages`), so export and training
-    filter the same way. Held-out and contaminated scenarios are always left out (excluded_scenarios)."""
+    filter the same way (a session is at most min(max_length, session_length) tokens, so training
+    keeps every session). Held-out and contaminated scenarios are always left out (excluded_scenarios)."""
     if max_length is None:
         max_length = min(load_config(default_config_path(s)).max_length for s in stages)
     if tokenizer is None:
         tokenizer = (tokenizer_loader or load_tokenizer)()
+    base = Path(out_dir) if out_dir is not None else ws.sft_dir
     splits, report = build_rows(trajectory_files(ws, run_ids), tokenizer, max_length=max_length,
                                 target_domains=target_domains, eval_fraction=eval_fraction,
-                                exclude_scenarios=excluded_scenarios(ws))
+                                exclude_scenarios=excluded_scenarios(ws), domains=domains,
+                                session_length=min(session_length, max_length) if session_length else None)
     result = {**report, "stages": {}}
     for s in stages:
-        res = write_stage(ws.sft_dir / f"stage{s}", splits[s], report)
-        result["stages"][f"stage{s}"] = {"dir": str(ws.sft_dir / f"stage{s}"), "rows": res["rows"],
+        res = write_stage(base / f"stage{s}", splits[s], report)
+        result["stages"][f"stage{s}"] = {"dir": str(base / f"stage{s}"), "rows": res["rows"],
+                                         "rows_by_origin": res["rows_by_origin"],
                                          "tokens": res["tokens"], "skipped": res["skipped"]}
-    atomic_write_json(ws.sft_dir / "report.json", result)
+    atomic_write_json(base / "report.json", result)
     return result

@@ -31,11 +31,14 @@ class TrainingFailed(RuntimeError):
 
 
 def train_command(ws: Workspace, config: Path, max_steps: int | None = None, accelerate_config: Path | None = None,
-                  num_processes: int | None = None, model: str | None = None) -> list[str]:
+                  num_processes: int | None = None, model: str | None = None,
+                  budget_minutes: float | None = None) -> list[str]:
     """The command line: plain `python -m training.sft` or `accelerate launch --config_file ...`."""
     args = ["-m", "training.sft", "--config", str(config), "--workspace", str(ws.root)]
     if max_steps is not None:
         args += ["--max-steps", str(max_steps)]
+    if budget_minutes is not None:
+        args += ["--budget-minutes", str(budget_minutes)]
     if model is not None:
         args += ["--model", model]
     if accelerate_config is None:
@@ -48,19 +51,22 @@ def train_command(ws: Workspace, config: Path, max_steps: int | None = None, acc
 
 def train_stage(ws: Workspace, stage: int, config: Path | None = None, max_steps: int | None = None,
                 accelerate_config: Path | None = None, num_processes: int | None = None, model: str | None = None,
-                on_line: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run one stage to completion and return its result.json (plus the command and log path)."""
+                on_line: Callable[[str], None] | None = None, budget_minutes: float | None = None) -> dict[str, Any]:
+    """Run one stage to completion and return its result.json (plus the command and log path).
+
+    `budget_minutes` sizes the run by wall time (training/budget.py); it overrides the config's."""
     config = Path(config) if config else default_config_path(stage)
-    cfg = load_config(config, model=model)  # fail fast here on a bad config, not in the child
+    cfg = load_config(config, model=model, budget_minutes=budget_minutes)  # fail fast here on a bad config, not in the child
     if cfg.stage != stage:
         raise ValueError(f"{config} is a stage {cfg.stage} config, not stage {stage}")
     out_dir = cfg.output_path(ws.root)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = train_command(ws, config, max_steps, accelerate_config, num_processes, model)
+    cmd = train_command(ws, config, max_steps, accelerate_config, num_processes, model, budget_minutes)
     log_path = out_dir / "train.log"
     run_id = f"train-stage{stage}-{uuid.uuid4().hex[:8]}"
     catalog = Catalog(ws.catalog_path)
-    catalog.start_run(run_id, f"train-stage{stage}", {"cmd": cmd, "config": str(config), "max_steps": max_steps})
+    catalog.start_run(run_id, f"train-stage{stage}", {"cmd": cmd, "config": str(config), "max_steps": max_steps,
+                                                       "budget_minutes": cfg.budget_minutes})
     (out_dir / "result.json").unlink(missing_ok=True)  # a stale result must not pass for this run's
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
@@ -91,5 +97,5 @@ def train_stage(ws: Workspace, stage: int, config: Path | None = None, max_steps
     result = json.loads(result_path.read_text())
     result.update({"command": cmd, "log": str(log_path), "run_id": run_id})
     catalog.finish_run(run_id, "done", {k: result.get(k) for k in ("global_step", "train_loss", "final_dir",
-                                                                   "tokens_per_second", "loss_finite")})
+                                                                   "tokens_per_second", "loss_finite", "stopped_by")})
     return result

@@ -30,30 +30,41 @@ def _mean_passk(counts: dict[str, tuple[int, int]], max_k: int) -> dict[str, Any
     return out
 
 
+def counted(result: dict[str, Any], agent_only: bool = True) -> bool:
+    """Does this trial count towards pass^k? Not when it failed by the user simulator's or the
+    environment's fault and only the agent is being scored."""
+    return not (agent_only and not result["passed"] and result.get("attribution") in ("user", "environment"))
+
+
+def scenario_counts(results: list[dict[str, Any]], agent_only: bool = True) -> dict[str, tuple[int, int]]:
+    """"domain/scenario" -> (trials, successes) of the counted trials (the input of pass_hat_k)."""
+    per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in results:
+        if counted(r, agent_only):
+            cell = per[f"{r['domain']}/{r['scenario_id']}"]
+            cell[0] += 1
+            cell[1] += int(bool(r["passed"]))
+    return {key: (n, c) for key, (n, c) in per.items()}
+
+
 def passk_report(results: list[dict[str, Any]], max_k: int | None = None, agent_only: bool = True) -> dict[str, Any]:
     """results: one row per trajectory {scenario_id, domain, passed, n_gold_calls, attribution}.
 
     Returns {"overall", "domains": {domain: ...}, "by_gold_calls": {n: {"trials", "accuracy"}},
     "excluded"}; each pass^k block maps str(k) to the mean over scenarios with >= k trials."""
-    per: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    counts = scenario_counts(results, agent_only)
     by_calls: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    excluded = 0
     for r in results:
-        if agent_only and not r["passed"] and r.get("attribution") in ("user", "environment"):
-            excluded += 1
-            continue
-        cell = per[(r["domain"], r["scenario_id"])]
-        cell[0] += 1
-        cell[1] += int(bool(r["passed"]))
-        bc = by_calls[int(r.get("n_gold_calls", 0))]
-        bc[0] += 1
-        bc[1] += int(bool(r["passed"]))
-    top_k = max_k or max((n for n, _ in per.values()), default=1)
+        if counted(r, agent_only):
+            bc = by_calls[int(r.get("n_gold_calls", 0))]
+            bc[0] += 1
+            bc[1] += int(bool(r["passed"]))
+    excluded = sum(not counted(r, agent_only) for r in results)
+    top_k = max_k or max((n for n, _ in counts.values()), default=1)
     domains: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)
-    for (d, s), (n, c) in per.items():
-        domains[d][s] = (n, c)
-    overall = {f"{d}/{s}": tuple(v) for (d, s), v in per.items()}
-    return {"overall": _mean_passk(overall, top_k),  # type: ignore[arg-type]
+    for key, nc in counts.items():  # domain ids are folder names: no "/"
+        domains[key.split("/", 1)[0]][key] = nc
+    return {"overall": _mean_passk(counts, top_k),
             "domains": {d: _mean_passk(v, top_k) for d, v in sorted(domains.items())},
             "by_gold_calls": {str(n): {"trials": t, "accuracy": round(c / t, 6)} for n, (t, c) in sorted(by_calls.items())},
             "excluded": excluded, "agent_only": agent_only}

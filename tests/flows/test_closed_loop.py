@@ -1,16 +1,22 @@
-"""Closed-loop pieces that run without a model: gold replay through the real sandbox and verifier,
-domain choice, and the report table. (The whole loop is benchmarks/closed_loop.py: minutes of CPU.)"""
+"""The closed loop: gold replay through the real sandbox and verifier, the scaling curve's nested domain
+order, and the whole loop end to end on the hand-written shop domain with the tiny model (real TRL
+steps, real checkpoint server, real sandbox, scripted user; the tiny model is untrained noise, so
+the test is about the loop's plumbing, resumption and reports, not about pass rates).
+The SmolLM2 loop itself is benchmarks/closed_loop.py: hours of CPU."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from agentscaler.artifacts import load_scenarios, load_trajectories
 from agentscaler.workspace import Workspace
-from flows.closed_loop import choose_domains, gold_replay_run, markdown
+from flows.closed_loop import ClosedLoopConfig, closed_loop, gold_replay_run, stage_config, train_domains
 from tasks.rollouts.gold import GOLD_AGENT
-from tasks.scenarios.build import build_scenarios, domain_split
+from tasks.scenarios.build import build_scenarios
 from tests.conftest import load_shop_builder
+from training.config import StageConfig
 
 
 def test_gold_replay_builds_verified_labelled_trajectories(tmp_path):
@@ -48,27 +54,51 @@ def test_gold_replay_of_a_wrong_gold_call_fails_verification(tmp_path):
     assert rep["passed"] == rep["written"] - 1
 
 
-def test_choose_domains_prefers_small_domains_per_split():
-    recs = [{"domain": f"d{i:02d}", "tools": [f"t{j}" for j in range(2 + i % 7)]} for i in range(40)]
-    recs.append({"domain": "dsingle", "tools": ["only"]})
-    train, held = choose_domains(recs, 3, 2, max_tools=4)
-    assert all(domain_split(r["domain"]) == "train" for r in train)
-    assert all(domain_split(r["domain"]) == "heldout" for r in held) and held
-    assert "dsingle" not in {r["domain"] for r in train + held}
-    sizes = [len(r["tools"]) for r in train]
-    assert sizes == sorted(sizes)
+def _shop_workspace(root) -> Workspace:
+    """Two copies of the shop domain: one whose scenarios are all train, one all held out."""
+    ws = Workspace(root)
+    for name, held in (("shop", 0.0), ("shopheld", 1.0)):
+        load_shop_builder()(ws.domain_dir(name))
+        build_scenarios(ws, name, per_domain=4, seed=0, heldout_fraction=held)
+    return ws
 
 
-def test_markdown_reports_both_models_side_by_side():
-    side = {"model": "m", "scenarios": 2, "trials": 4, "passed": 1, "pass^k": {"1": 0.25, "2": 0.0},
-            "seconds": 3.0, "reasons": {"x": 1}}
-    out = {"config": {"k": 2, "temperature": 0.6, "max_turns": 3, "max_tokens": 160},
-           "baseline": {**side, "conversations_s": 7.5}, "trained": {**side, "model": "m-sft", "passed": 3, "pass^k": {"1": 0.75, "2": 0.5}},
-           "workspace": {"heldout": ["dh"]}, "gold_replay": {"passed": 5, "written": 5},
-           "export": {"kept": {"stage1": {"train": 5}}}, "train": {"global_step": 3, "first_loss": 2.0,
-                                                                   "last_loss": 1.0, "train_seconds": 9.0},
-           "phases_s": {"build": 1.0}}
-    md = markdown(out)
-    assert "| m (base) | llama.cpp GGUF | 4 | 1 | 0.250 | 0.000 | 3.0 | 7.5 | n/a |" in md
-    assert "| m-sft | transformers fp32 (hf_server) | 4 | 3 | 0.750 | 0.500 | 3.0 | n/a | n/a |" in md
-    assert "gold-replay" in md and "pass^2" in md
+def test_train_domains_are_the_train_split_in_a_fixed_order(tmp_path):
+    ws = _shop_workspace(tmp_path / "ws")
+    assert train_domains(ws) == ["shop"]
+
+
+def test_stage_config_is_a_valid_stage_yaml_with_the_memory_settings(tmp_path):
+    """The closed loop's training config validates as a StageConfig (extra keys forbidden) and carries
+    the memory settings: gradient checkpointing on by default, top-layer training when asked."""
+    conf = StageConfig.model_validate(stage_config(ClosedLoopConfig(), tmp_path / "base", tmp_path / "sft",
+                                                   tmp_path / "out", None))
+    assert conf.gradient_checkpointing and conf.train_top_layers is None and conf.budget_minutes == 90.0
+    conf = StageConfig.model_validate(stage_config(ClosedLoopConfig(gradient_checkpointing=False, train_top_layers=10),
+                                                   tmp_path / "base", tmp_path / "sft", tmp_path / "out", 7))
+    assert (conf.gradient_checkpointing, conf.train_top_layers, conf.max_steps, conf.budget_minutes) == (False, 10, 7, None)
+
+
+@pytest.mark.slow
+def test_closed_loop_end_to_end_with_the_tiny_model(tmp_path):
+    ws = _shop_workspace(tmp_path / "ws")
+    cfg = ClosedLoopConfig(base_model="tiny", eval_scenarios=2, eval_domains=1, max_prompt_tokens=4096, k=2,
+                           tau2=False, max_turns=1, max_steps=1, max_tokens=24, session_length=2048, max_length=2048,
+                           budget_minutes=0.05, eval_every_minutes=0.01, eval_max_rows=2, grad_accum=1, bf16=False,
+                           torch_threads=1)
+    out = closed_loop(ws, cfg, log=lambda *_: None)
+    assert out["eval_set"]["scenarios"] == 2 and out["eval_set"]["domains"] == ["shopheld"]
+    assert out["gold_replay"]["passed"] == len([s for s in load_scenarios(ws, "shop") if s.split == "train"])
+    assert out["train"]["stopped_by"] == "budget" and out["train"]["curve"]["validation"]
+    cmp = out["comparison"]
+    assert cmp["same_scenarios"] and cmp["groups"]["overall"]["scenarios"] == 2
+    assert out["base"]["heldout"]["cost"]["conversations"] == out["trained"]["heldout"]["cost"]["conversations"] == 4
+    conv = out["export"]["conversations_by_origin"]
+    assert set(conv["train"]) == {GOLD_AGENT}  # only gold replays: no experience run was given
+    md = (ws.reports_dir / "closed_loop.md").read_text()
+    assert "| all scenarios (2) | 1 |" in md and "closed_loop_training.png" in md
+    assert (ws.reports_dir / "closed_loop_training.png").stat().st_size > 1000
+    again = closed_loop(ws, cfg, log=lambda *_: None)  # every phase resumes: nothing is trained or rolled out again
+    assert again["train"]["final_dir"] == out["train"]["final_dir"]
+    assert again["base"]["heldout"]["run_id"] == out["base"]["heldout"]["run_id"]
+    assert again["trained"]["heldout"]["cost"] == out["trained"]["heldout"]["cost"]

@@ -112,3 +112,53 @@ def test_export_itself_leaves_out_heldout_and_contaminated_scenarios(tokenizer, 
     rep = export_sft(ws, tokenizer=tokenizer, max_length=1024)
     assert rep["dropped"]["heldout_scenario"] == 1 and rep["dropped"]["contaminated"] == 1
     assert rep["kept"]["stage1"]["train"] + rep["kept"]["stage1"]["eval"] == 10
+
+
+def test_sessions_join_one_domain_and_origin_within_the_length(tokenizer, tmp_path):
+    """Sessions: the system prompt and tools once, then each conversation's turns; never across a
+    domain, an origin or the train/eval split; never over session_length; the loss-bearing turns of
+    every joined conversation are all there."""
+    from agentscaler.artifacts import trajectory_files
+    from tasks.sft.export import build_rows, count_tokens
+    from tests.sft_fixtures import traj
+
+    ws = Workspace(tmp_path / "ws")
+    rows = [traj("dshop", k) for k in range(6)] + [traj("dweather", k) for k in range(6)]
+    for t in rows[:2]:
+        t.agent_model = "smollm2-135m"  # agent experience, the rest gold replays
+    for t in rows[2:]:
+        t.agent_model = "gold-replay"
+    path = ws.rollout_dir("run1") / "trajectories.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(t.model_dump_json() + "\n" for t in rows))
+    files = trajectory_files(ws)
+    single, _ = build_rows(files, tokenizer, max_length=1024, eval_fraction=0.2)
+    joined, rep = build_rows(files, tokenizer, max_length=1024, eval_fraction=0.2, session_length=700)
+    for split in ("train", "eval"):
+        before, after = single[1][split], joined[1][split]
+        assert sum(r["conversations"] for r in after) == len(before)
+        assert sorted(t for r in after for t in r["trajectory_ids"]) == sorted(r["trajectory_id"] for r in before)
+        for r in after:
+            assert (r["n_tokens"] <= 700 or r["conversations"] == 1) and r["n_tokens"] == count_tokens(tokenizer, r)
+            assert sum(m["role"] == "system" for m in r["messages"]) == 1
+            members = [b for b in before if b["trajectory_id"] in r["trajectory_ids"]]
+            assert {b["domain"] for b in members} == {r["domain"]} and {b["origin"] for b in members} == {r["origin"]}
+            said = [m["content"] for m in r["messages"] if m["role"] == "assistant" and m["content"]]
+            assert said == [m["content"] for b in members for m in b["messages"] if m["role"] == "assistant" and m["content"]]
+    assert any(r["conversations"] > 1 for r in joined[1]["train"])
+    assert rep["conversations_by_origin"]["stage1"]["train"]["smollm2-135m"] + \
+        rep["conversations_by_origin"]["stage1"]["eval"].get("smollm2-135m", 0) == 2
+
+
+def test_domain_subset_and_out_dir(tokenizer, tmp_path):
+    from tasks.sft.export import export_sft
+    from tests.sft_fixtures import write_rollouts
+
+    ws = Workspace(tmp_path / "ws")
+    write_rollouts(ws)
+    rep = export_sft(ws, tokenizer=tokenizer, max_length=1024, stages=(1,), domains=["dweather"],
+                     out_dir=tmp_path / "subset")
+    dd = load_from_disk(str(tmp_path / "subset" / "stage1" / "hf"))
+    assert set(dd["train"]["domain"]) | set(dd["eval"]["domain"]) == {"dweather"}
+    assert rep["outside_domains"] > 0 and rep["domains"] == ["dweather"] and not (ws.sft_dir / "stage1").exists()
+    assert rep["stages"]["stage1"]["rows_by_origin"]["train"] == {"unknown": rep["stages"]["stage1"]["rows"]["train"]}

@@ -1,0 +1,87 @@
+"""Bootstrap intervals for pass^k (our arithmetic, on hand-built counts) and the side-by-side comparison."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.evaluation.compare import compare, markdown
+from tasks.evaluation.evaluate import breakdown
+from tasks.evaluation.intervals import overlap, paired_difference, passk_interval, passk_intervals
+from tasks.verify.passk import scenario_counts
+
+
+def _counts(outcomes: list[list[bool]], prefix: str = "d/s") -> dict[str, tuple[int, int]]:
+    return {f"{prefix}{i}": (len(o), sum(o)) for i, o in enumerate(outcomes)}
+
+
+def test_interval_brackets_the_mean_and_narrows_with_more_scenarios():
+    few = _counts([[True] * 4, [False] * 4] * 5)  # 10 scenarios, half solved: pass^1 = 0.5
+    many = _counts([[True] * 4, [False] * 4] * 100)
+    a, b = passk_interval(few, 1), passk_interval(many, 1)
+    assert a["estimate"] == b["estimate"] == 0.5
+    assert a["low"] < 0.5 < a["high"] and b["low"] < 0.5 < b["high"]
+    assert (b["high"] - b["low"]) < (a["high"] - a["low"]) / 3  # ~ 1/sqrt(20)
+    assert passk_interval(few, 1) == a  # seeded: the same input gives the same interval
+    assert passk_interval(_counts([[True] * 4] * 7), 2) == {"estimate": 1.0, "low": 1.0, "high": 1.0, "scenarios": 7}
+
+
+def test_passk_uses_only_scenarios_with_k_trials_and_matches_the_estimator():
+    counts = {"d/a": (4, 2), "d/b": (4, 4), "d/c": (1, 1)}
+    iv = passk_intervals(counts, 4)
+    assert iv["1"]["scenarios"] == 3 and iv["1"]["estimate"] == pytest.approx((0.5 + 1 + 1) / 3, abs=1e-6)
+    assert iv["2"]["scenarios"] == 2 and iv["2"]["estimate"] == pytest.approx((1 / 6 + 1) / 2, abs=1e-6)
+    assert passk_interval({}, 1)["estimate"] is None
+
+
+def test_paired_difference_is_tighter_than_separate_intervals():
+    """Scenario difficulty shared by both models cancels in the paired difference."""
+    import random
+
+    rng = random.Random(0)
+    base, trained = {}, {}
+    for i in range(60):
+        p = rng.random()  # the scenario's difficulty, shared
+        base[f"d/{i}"] = (4, sum(rng.random() < p for _ in range(4)))
+        trained[f"d/{i}"] = (4, min(4, base[f"d/{i}"][1] + (1 if i % 3 == 0 else 0)))
+    b, t = passk_interval(base, 1), passk_interval(trained, 1)
+    d = paired_difference(base, trained, 1)
+    assert d["estimate"] == pytest.approx(t["estimate"] - b["estimate"], abs=1e-6)
+    assert (d["high"] - d["low"]) < (b["high"] - b["low"])
+    assert d["excludes_zero"] and d["low"] > 0
+    assert overlap(b, t) is True and overlap({"low": 0, "high": 0.1}, {"low": 0.2, "high": 0.3}) is False
+    assert overlap({"low": None}, t) is None
+
+
+def _rows(scenario: str, outcomes: list[bool], n_calls: int, reason: str = "state_mismatch") -> list[dict]:
+    return [{"domain": "d", "scenario_id": scenario, "passed": p, "n_gold_calls": n_calls,
+             "attribution": "none" if p else "agent", "reasons": [] if p else [reason]} for p in outcomes]
+
+
+def _report(rows: list[dict], model: str) -> dict:
+    from tasks.evaluation.evaluate import GROUPS
+
+    return {"model": model, "run_id": f"r-{model}", "k": 4, "verified": len(rows),
+            "scenario_ids": sorted({r["scenario_id"] for r in rows}), "intervals": breakdown(rows, 4),
+            "scenario_counts": {g: {k: list(v) for k, v in scenario_counts([r for r in rows if keep(r)]).items()}
+                                for g, keep in GROUPS.items()},
+            "diagnostics": {"tried_call": 1, "well_formed_call": 1, "right_first_tool": 1, "right_first_call": 0},
+            "reasons": {}}
+
+
+def test_breakdown_and_comparison_by_group_and_length():
+    base = _rows("s1", [False] * 4, 1, "no_tool_calls") + _rows("s2", [False] * 4, 2) + _rows("s3", [True] * 4, 3)
+    trained = _rows("s1", [True] * 4, 1) + _rows("s2", [True, True, False, False], 2) + _rows("s3", [True] * 4, 3)
+    b = breakdown(base, 4)
+    assert b["single_call"]["scenarios"] == 1 and b["multi_call"]["scenarios"] == 2
+    assert b["by_length"]["1"]["reasons"] == {"no_tool_calls": 4} and b["by_length"]["2"]["reasons"] == {"state_mismatch": 4}
+    assert b["overall"]["pass^k"]["1"]["estimate"] == pytest.approx(1 / 3, abs=1e-6)
+    cmp = compare(_report(base, "base"), _report(trained, "sft"))
+    assert cmp["same_scenarios"] and cmp["k"] == 4
+    one = cmp["groups"]["overall"]["pass^k"]["1"]
+    assert one["difference"]["estimate"] == pytest.approx((1 + 0.5 + 1) / 3 - 1 / 3, abs=1e-6)
+    assert cmp["groups"]["single_call"]["pass^k"]["1"]["difference"]["estimate"] == 1.0
+    assert cmp["aim"]["pass^1_gain"] == pytest.approx(0.5, abs=1e-6) and cmp["aim"]["gain_at_least_10_points"]
+    assert cmp["aim"]["met"] is False  # 3 scenarios: the intervals overlap, so the aim is not met
+    md = markdown(cmp, "base", "sft")
+    assert "| single-call (1) | 1 | 0.0 [0.0, 0.0] | 100.0 [100.0, 100.0] | no | 100.0 [100.0, 100.0] |" in md
+    assert "no_tool_calls 4" in md and "**not met**" in md
