@@ -8,6 +8,7 @@ others; finished domains are skipped on a re-run (content-hash keys), so a kille
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any
 
 from prefect import flow, task
@@ -18,7 +19,7 @@ from agentscaler.catalog import Catalog
 from agentscaler.errors import transient_only
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
-from flows.common import fan_out, publish_markdown, run_record
+from flows.common import fan_out, failed_text, failure_lines, publish_markdown, run_record
 from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
 from tasks.scenarios.build import build_scenarios
 
@@ -57,10 +58,12 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
     params = {"synth": synth, "seed": seed, "per_domain": per_domain, "max_length": max_length,
               "domains": len(records)}
     with run_record(catalog, "build_environments", params) as summary:
-        results, errors = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
-                                  workspace=str(ws.root), synth=synth, seed=seed,
-                                  per_domain=per_domain, max_length=max_length)
-        summary.update(domains=len(records), built=len(results), failed=errors,
+        results, failures = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
+                                    workspace=str(ws.root), synth=synth, seed=seed,
+                                    per_domain=per_domain, max_length=max_length)
+        errors = failed_text(failures)
+        summary.update(domains=len(records), built=len(results), failed=errors, failures=failures,
+                       failed_by_kind=dict(Counter(f["kind"] for f in failures.values())),
                        scenarios=sum(r["scenarios"] for r in results.values()),
                        tools=sum(r["tools"] for r in results.values()),
                        tools_execute=sum(r["executes"] or 0 for r in results.values()))
@@ -76,6 +79,7 @@ def _markdown(summary: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|",
              f"| {summary['domains']} | {summary['built']} | {len(summary['failed'])} | {summary['tools']} | "
              f"{summary['tools_execute']} | {summary['scenarios']} |"]
-    if summary["failed"]:
-        lines += ["", "## failed domains", ""] + [f"- `{d}`: {e}" for d, e in sorted(summary["failed"].items())]
+    if summary["failures"]:
+        lines += ["", "## failed domains (stage: exception at file:line [whose fault])", ""]
+        lines += [f"- {line}" for line in failure_lines(summary["failures"])]
     return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ from typing import Any
 from prefect.artifacts import create_markdown_artifact
 
 from agentscaler.catalog import Catalog
+from agentscaler.errors import failure
 from agentscaler.hashing import content_hash
 
 
@@ -34,19 +35,21 @@ def run_record(catalog: Catalog, flow: str, params: dict[str, Any]) -> Iterator[
 
 
 def fan_out(task: Any, items: list[Any], key: Callable[[Any], str], sequential: bool = False,
-            **kwargs: Any) -> tuple[dict[str, Any], dict[str, str]]:
+            **kwargs: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Submit one task run per item and wait for all; a failed item never fails the others.
 
-    Returns (results by key, errors by key). The plain functions behind the tasks mark the
-    catalog themselves, so a failure is already recorded with its reason when it lands here.
-    `sequential` waits for each run before submitting the next (a one-slot LLM server)."""
+    Returns (results by key, failures by key: `agentscaler.errors.failure`, i.e. the stage, the
+    exception type, where it was raised and whether it is the domain's fault). The plain functions
+    behind the tasks mark the catalog themselves, so a failure is already recorded with its reason
+    when it lands here. `sequential` waits for each run before submitting the next (a one-slot LLM
+    server)."""
     futures = {}
     for item in items:
         futures[key(item)] = fut = task.submit(item, **kwargs)
         if sequential:
             fut.wait()
     results: dict[str, Any] = {}
-    errors: dict[str, str] = {}
+    failures: dict[str, dict[str, Any]] = {}
     for k, fut in futures.items():
         state = fut.wait() or fut.state
         if state.is_completed():
@@ -54,10 +57,23 @@ def fan_out(task: Any, items: list[Any], key: Callable[[Any], str], sequential: 
         else:
             try:
                 fut.result(raise_on_failure=True)
-                errors[k] = f"task ended in state {state.type}"
+                failures[k] = {"stage": "orchestration", "type": f"task state {state.type}", "where": "",
+                               "our_code": "", "message": str(state.message or "")[:500], "kind": "infrastructure"}
             except BaseException as exc:  # noqa: BLE001 - reported per domain
-                errors[k] = f"{type(exc).__name__}: {exc}"[:500]
-    return results, errors
+                failures[k] = failure(exc)
+    return results, failures
+
+
+def failed_text(failures: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The summaries' `failed` key: one "Type: message" line per failed item (as it always was)."""
+    return {k: f"{f['type']}: {f['message']}"[:500] for k, f in failures.items()}
+
+
+def failure_lines(failures: dict[str, dict[str, Any]]) -> list[str]:
+    """One readable line per failed item: stage, type, location, whose fault, message."""
+    return [f"{k}: {f['stage']}: {f['type']} at {f['where'] or '?'}"
+            + (f" (from {f['our_code']})" if f["our_code"] and f["our_code"] != f["where"] else "")
+            + f" [{f['kind']}]: {f['message'][:200]}" for k, f in sorted(failures.items())]
 
 
 def publish_markdown(key: str, markdown: str, description: str = "") -> None:

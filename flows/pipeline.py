@@ -81,6 +81,7 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
                                                               if summary.get("gold_replay") else [])
         summary["funnel"] = funnel(ws, runs)  # the trajectories of this run's rollouts, never evaluations
         summary["failed"] = {**summary["build"].get("failed", {}), **summary["experience"].get("failed", {})}
+        summary["failures"] = {**summary["build"].get("failures", {}), **summary["experience"].get("failures", {})}
         publish_markdown("pipeline-funnel", funnel_markdown(summary["funnel"]), "tools -> ... -> SFT rows")
     return summary
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentscaler import pyast
 from agentscaler.llm import LLMFormatError, parse_json_reply
 from envs.spec import TableSpec, ToolSpec
 from tasks.environments.validate import check_signature, functions
@@ -129,7 +130,7 @@ def static_check(code: str, tools: list[ToolSpec]) -> list[str]:
     outside ALLOWED_IMPORTS, dangerous builtins, dunder attributes, missing functions, signatures."""
     try:
         compile(code, "tools.py", "exec", dont_inherit=True)  # syntax only: the code object is dropped
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except (SyntaxError, ValueError) as exc:
         return [f"syntax error line {getattr(exc, 'lineno', '?')}: {getattr(exc, 'msg', exc)}"]
     problems: list[str] = []
@@ -154,7 +155,7 @@ def static_check(code: str, tools: list[ToolSpec]) -> list[str]:
             problems.append(f"{where}: global/nonlocal state is not allowed")
     if problems:
         return problems
-    fns = functions(code)
+    fns = functions(tree)
     for t in tools:
         fn = fns.get(t.name)
         if fn is None:

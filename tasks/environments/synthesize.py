@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from agentscaler.artifacts import load_domains, load_tools
 from agentscaler.catalog import Catalog
+from agentscaler.errors import error_text, tag_stage
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text
@@ -71,7 +72,8 @@ def synthesize_domain(ws: Workspace, domain_record: dict[str, Any], tools: list[
         with ws.domain_lock(domain_id):  # two runs on one workspace build a domain once: the second finds it
             spec = _build(ws, domain_id, domain_record, tools, synth, seed, validate, unsafe, synth_options)
     except Exception as exc:
-        catalog.mark(domain_id, STAGE, "failed", error=f"{type(exc).__name__}: {exc}")
+        catalog.mark(domain_id, STAGE, "failed", error=error_text(exc))
+        tag_stage(exc, STAGE)
         raise
     catalog.mark(domain_id, STAGE, "done", artifact=spec.report.get("content_id"))
     return spec

@@ -26,6 +26,7 @@ from typing import Any
 
 from agentscaler.artifacts import SCENARIOS
 from agentscaler.catalog import Catalog
+from agentscaler.errors import error_text, tag_stage
 from agentscaler.hashing import content_hash
 from agentscaler.models import GoldCall, Scenario
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl, file_lock
@@ -215,7 +216,8 @@ def _build_scenarios(ws_or_domain_dir: Workspace | Path | str, domain_id: str, p
                                       "env_hash": env_hash, "file_hash": fh, "report": report})
     except Exception as exc:
         if catalog is not None:
-            catalog.mark(domain_id, STAGE, "failed", error=f"{type(exc).__name__}: {exc}")
+            catalog.mark(domain_id, STAGE, "failed", error=error_text(exc))
+        tag_stage(exc, STAGE)
         raise
     if catalog is not None:
         catalog.mark(domain_id, STAGE, "done", artifact=fh)
