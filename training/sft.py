@@ -102,11 +102,30 @@ def _step_timer() -> Any:
     return StepTimer()
 
 
-def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: bool) -> Any:
+def optimizer_steps(cfg: StageConfig, train_rows: int, max_steps: int | None = None, world_size: int = 1) -> int:
+    """Optimizer steps the trainer will take: max_steps when set, else epochs x updates per epoch
+    (as transformers' Trainer counts them: batches per process, floor-divided by accumulation)."""
+    steps = max_steps if max_steps is not None else cfg.max_steps
+    if steps and steps > 0:
+        return steps
+    batches = math.ceil(train_rows / (cfg.per_device_train_batch_size * max(1, world_size)))
+    per_epoch = max(1, batches // cfg.gradient_accumulation_steps)
+    return math.ceil(cfg.num_train_epochs * per_epoch)
+
+
+def warmup_steps(cfg: StageConfig, train_rows: int, max_steps: int | None = None, world_size: int = 1) -> int:
+    """warmup_ratio of the optimizer steps, as a whole number of steps. `warmup_steps` takes a ratio
+    only in some transformers versions (a float below 1) and `warmup_ratio` is deprecated in others,
+    so the steps are computed here: every allowed version warms up the same."""
+    return math.ceil(cfg.warmup_ratio * optimizer_steps(cfg, train_rows, max_steps, world_size))
+
+
+def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: bool, train_rows: int = 0) -> Any:
     import torch  # the [train] extra: heavy, loaded on use
     from trl import SFTConfig
 
     bf16 = cfg.bf16 if cfg.bf16 != "auto" else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # set by accelerate launch / torchrun
     return SFTConfig(
         output_dir=str(out_dir),
         assistant_only_loss=True,
@@ -114,7 +133,7 @@ def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: b
         packing=False,
         learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler_type,
-        warmup_steps=cfg.warmup_ratio,
+        warmup_steps=warmup_steps(cfg, train_rows, max_steps, world),
         weight_decay=cfg.weight_decay,
         num_train_epochs=cfg.num_train_epochs,
         max_steps=max_steps if max_steps is not None else cfg.max_steps,
@@ -153,7 +172,7 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[s
     train_ds, eval_ds, counts = load_datasets(cfg, ws_root)
     # The training arguments exist before the model is built so that, under accelerate + ZeRO-3
     # (zero3_init_flag), transformers builds the model already partitioned (deepspeed.zero.Init).
-    args = sft_args(cfg, out_dir, max_steps, eval_ds is not None)
+    args = sft_args(cfg, out_dir, max_steps, eval_ds is not None, train_rows=len(train_ds))
     model, tok, source = load_model_and_tokenizer(cfg, ws_root)
     start_fp = weight_fingerprint(model)
     timer = _step_timer()
