@@ -8,10 +8,11 @@ others; finished domains are skipped on a re-run (content-hash keys), so a kille
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from agentscaler.artifacts import load_tools
@@ -33,10 +34,17 @@ def build_domain_task(item: dict[str, Any], workspace: str, synth: str, seed: in
                       max_length: int) -> dict[str, Any]:
     """item = {"record": domain record, "tools": its member tools as dicts}."""
     ws = Workspace(workspace)
+    log = get_run_logger()
     record = item["record"]
     tools = [Tool.model_validate(t) for t in item["tools"]]
+    t0 = time.perf_counter()
     spec = synthesize_domain(ws, record, tools, synth=synth, seed=seed)
+    log.info("synthesize %s: %d tools, %s execute (%.1f s)", spec.id, len(spec.tools), spec.report.get("executes"),
+             time.perf_counter() - t0)
+    t0 = time.perf_counter()
     scen = build_scenarios(ws, spec.id, per_domain=per_domain, max_length=max_length, seed=seed)
+    log.info("scenarios %s: %d kept%s (%.1f s)", spec.id, scen.get("kept", 0),
+             ", unchanged" if scen.get("skipped") else "", time.perf_counter() - t0)
     return {"domain": spec.id, "tools": len(spec.tools), "executes": spec.report.get("executes"),
             "scenarios": scen.get("kept", 0), "skipped": bool(scen.get("skipped"))}
 
@@ -59,7 +67,7 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
               "domains": len(records)}
     with run_record(catalog, "build_environments", params) as summary:
         results, failures = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
-                                    workspace=str(ws.root), synth=synth, seed=seed,
+                                    label="build", workspace=str(ws.root), synth=synth, seed=seed,
                                     per_domain=per_domain, max_length=max_length)
         errors = failed_text(failures)
         summary.update(domains=len(records), built=len(results), failed=errors, failures=failures,

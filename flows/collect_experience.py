@@ -12,7 +12,7 @@ import os
 from collections import Counter
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from agentscaler.catalog import Catalog
@@ -44,6 +44,8 @@ def experience_task(domain: str, workspace: str, base_url: str | list[str], pref
         rollout = run_rollouts(ws, base_url, model=model, trials=trials, split=split, max_scenarios=per_domain,
                                domains=[domain], cfg=RolloutConfig(**cfg), run_id=run_id, concurrency=concurrency)
         verdicts = verify_run(ws, run_id)
+        get_run_logger().info("rollouts %s: %s conversations, %s verified (%.0f s)", domain,
+                              verdicts.get("trajectories", 0), verdicts.get("passed", 0), rollout.get("wall_s") or 0)
     except Exception as exc:
         catalog.mark(domain, STAGE, "failed", error=error_text(exc))
         tag_stage(exc, STAGE)
@@ -74,8 +76,8 @@ def collect_experience_flow(workspace: str, llm: str = "local", model: str = "sm
         # other's prompt cache, so locally domains and conversations go one at a time.
         local = is_local(llm)
         with serve(llm) as base_url:
-            results, failures = fan_out(experience_task, wanted, key=str, sequential=local, workspace=str(ws.root),
-                                        base_url=base_url, prefix=prefix, model=model, trials=trials, split=split,
+            results, failures = fan_out(experience_task, wanted, key=str, sequential=local, label="collect",
+                                        workspace=str(ws.root), base_url=base_url, prefix=prefix, model=model, trials=trials, split=split,
                                         per_domain=per_domain, cfg=cfg, concurrency=1 if local else concurrency)
         errors = failed_text(failures)
         summary.update(prefix=prefix, domains=len(wanted), failed=errors, failures=failures,

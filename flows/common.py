@@ -9,6 +9,7 @@ from typing import Any
 
 from prefect.artifacts import create_markdown_artifact
 
+from agentscaler import progress
 from agentscaler.catalog import Catalog
 from agentscaler.errors import failure
 from agentscaler.hashing import content_hash
@@ -35,6 +36,7 @@ def run_record(catalog: Catalog, flow: str, params: dict[str, Any]) -> Iterator[
 
 
 def fan_out(task: Any, items: list[Any], key: Callable[[Any], str], sequential: bool = False,
+            label: str | None = None, unit: str = "domains",
             **kwargs: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Submit one task run per item and wait for all; a failed item never fails the others.
 
@@ -42,25 +44,28 @@ def fan_out(task: Any, items: list[Any], key: Callable[[Any], str], sequential: 
     exception type, where it was raised and whether it is the domain's fault). The plain functions
     behind the tasks mark the catalog themselves, so a failure is already recorded with its reason
     when it lands here. `sequential` waits for each run before submitting the next (a one-slot LLM
-    server)."""
+    server). Each finished item advances the progress stage `label` (default: the task's name)."""
     futures = {}
-    for item in items:
-        futures[key(item)] = fut = task.submit(item, **kwargs)
-        if sequential:
-            fut.wait()
-    results: dict[str, Any] = {}
-    failures: dict[str, dict[str, Any]] = {}
-    for k, fut in futures.items():
-        state = fut.wait() or fut.state
-        if state.is_completed():
-            results[k] = fut.result()
-        else:
-            try:
-                fut.result(raise_on_failure=True)
-                failures[k] = {"stage": "orchestration", "type": f"task state {state.type}", "where": "",
-                               "our_code": "", "message": str(state.message or "")[:500], "kind": "infrastructure"}
-            except BaseException as exc:  # noqa: BLE001 - reported per domain
-                failures[k] = failure(exc)
+    with progress.stage(label or task.name, total=len(items), unit=unit) as bar:
+        for item in items:
+            k = key(item)
+            futures[k] = fut = task.submit(item, **kwargs)
+            fut.add_done_callback(lambda _f, k=k: bar.advance(note=k))
+            if sequential:
+                fut.wait()
+        results: dict[str, Any] = {}
+        failures: dict[str, dict[str, Any]] = {}
+        for k, fut in futures.items():
+            state = fut.wait() or fut.state
+            if state.is_completed():
+                results[k] = fut.result()
+            else:
+                try:
+                    fut.result(raise_on_failure=True)
+                    failures[k] = {"stage": "orchestration", "type": f"task state {state.type}", "where": "",
+                                   "our_code": "", "message": str(state.message or "")[:500], "kind": "infrastructure"}
+                except BaseException as exc:  # noqa: BLE001 - reported per domain
+                    failures[k] = failure(exc)
     return results, failures
 
 

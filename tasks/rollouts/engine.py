@@ -144,7 +144,7 @@ async def rollout_async(ws: Workspace, scenarios: list[Scenario], run_id: str, c
                 traj = None
                 try:
                     await blocking(executor, env.reset, s)
-                    user = (ScriptedUser(s, cfg.patience) if cfg.user == "scripted"
+                    user = (ScriptedUser(s, cfg.patience, goal_check=cfg.goal_check) if cfg.user == "scripted"
                             else LLMUser(s, user_client or client, k, cfg.user_temperature, cfg.user_max_tokens))
                     tools, system = setup[s.domain]
                     traj = await run_conversation(s, k, run_id, client, env, user, cfg, tools, system, executor)
