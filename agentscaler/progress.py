@@ -5,13 +5,15 @@ a `total` of None means "unknown". Where that goes is set once per process by th
 with `show(...)`:
 - on a terminal, a live rich display: one row per open stage with done/total, rate and time left;
 - otherwise (a log file, CI), plain lines on stderr: at most one line per open stage every
-  `every` seconds, and a closing line for a stage that ran that long;
+  `every` seconds (AGENTSCALER_PROGRESS_EVERY, default 5), a heartbeat line at least every 30 s
+  while a stage is open, and a closing line for a stage that ran that long;
 - with `quiet`, or when nothing is installed (library use, tests, Prefect workers), nothing.
 Everything goes to stderr, so `--json` output on stdout stays clean.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -22,7 +24,7 @@ from typing import IO, Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-EVERY_S = 5.0  # plain lines: at most one per stage this often
+EVERY_S = float(os.environ.get("AGENTSCALER_PROGRESS_EVERY", "5"))  # plain lines: at most one per stage this often
 HEARTBEAT_S = 30.0  # ... and one at least this often while a stage is open, moving or not
 
 
@@ -151,7 +153,7 @@ class _Live:
         r = st.rate()
         with self.lock:
             if id(st) in self.ids:
-                self.progress.update(self.ids[id(st)], completed=st.done, note=st.note,
+                self.progress.update(self.ids[id(st)], completed=st.done, total=st.total, note=st.note,
                                      rate=f"{r:.2f}/s" if r else "")
 
     def finish(self, st: Stage) -> None:
@@ -171,7 +173,7 @@ _SINK: Any = None
 
 
 @contextmanager
-def show(quiet: bool = False, stream: IO[str] | None = None, every: float = EVERY_S,
+def show(quiet: bool = False, stream: IO[str] | None = None, every: float | None = None,
          live: bool | None = None) -> Iterator[None]:
     """Install where progress goes for the block: a live display on a terminal, plain lines
     otherwise, nothing when quiet. `live` forces one or the other (tests)."""
@@ -182,7 +184,7 @@ def show(quiet: bool = False, stream: IO[str] | None = None, every: float = EVER
     elif live if live is not None else stream.isatty():
         sink = _Live(Console(file=stream))
     else:
-        sink = _Lines(stream, every)
+        sink = _Lines(stream, EVERY_S if every is None else every)
     old, _SINK = _SINK, sink
     try:
         yield

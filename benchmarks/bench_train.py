@@ -30,6 +30,7 @@ def one(model: str, steps: int, threads: int) -> dict:
     from tests.training.conftest import write_rollouts
 
     from agentscaler.workspace import Workspace
+    from tasks.evaluation.contamination import check_contamination
     from tasks.sft.export import export_sft
     from training.config import StageConfig
     from training.sft import run
@@ -37,6 +38,7 @@ def one(model: str, steps: int, threads: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         ws = Workspace(tmp)
         write_rollouts(ws)
+        check_contamination(ws, sources=("tau2",))  # the export refuses unscreened workspaces
         export_sft(ws, stages=(1,), max_length=1024)
         cfg = StageConfig(stage=1, model=model, max_length=1024, learning_rate=1e-4, warmup_ratio=0.0,
                           per_device_train_batch_size=2, gradient_accumulation_steps=1, logging_steps=1,

@@ -42,7 +42,7 @@ from tasks.evaluation.report import write_report
 from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
 from tasks.rollouts.engine import run_rollouts
 from tasks.scenarios.build import build_all
-from tasks.sft.export import export_sft
+from tasks.sft.export import UnscreenedError, export_sft
 from tasks.sft.train import TrainingFailed, train_stage
 from tasks.verify.verify import verify_run
 
@@ -209,21 +209,28 @@ def retry_failed_cmd(deployment: Optional[str] = typer.Option(None, "--deploymen
 
 
 @app.command("demo")
-def demo_cmd(minutes: int = typer.Option(20, "--minutes", help="Time budget the demo is sized for."),
+def demo_cmd(minutes: float = typer.Option(20, "--minutes", help="Time budget on 2 cores: the demo builds, rolls out and evaluates as much as fits (flows/demo.py)."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON."),
              workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """The main job on the embedded default: fetch corpora, run the whole pipeline, print the report path."""
     _begin(workspace, quiet)
-    from flows.demo import run_demo  # Prefect loads in seconds: only the commands that run flows import it
+    from flows.demo import demo_plan, plan_seconds, run_demo  # Prefect loads in seconds: only flow commands import it
 
-    out = run_demo(workspace_path().resolve())
+    try:
+        plan = demo_plan(minutes)
+    except ValueError as exc:
+        console.print(str(exc), markup=False)
+        raise typer.Exit(2)
+    console.print(f"demo sized for {minutes:g} minutes: {plan_seconds(plan) / 60:.0f} min estimated on 2 quiet cores",
+                  markup=False)
+    out = run_demo(workspace_path().resolve(), minutes=minutes)
     if as_json:
         emit(out)
         return
     Console().print(out["funnel"])
     if out.get("closed_loop"):
         Console().print({"closed_loop": out["closed_loop"]})
-    Console().print(f"report: {out['report']}  ({out['wall_s']} s)")
+    Console().print(f"report: {out['report']}  ({out['wall_s']} s for a budget of {minutes:g} min)")
 
 
 # --- corpus: fetch and ingest (tasks/corpus) ------------------------------------------------------
@@ -527,8 +534,12 @@ def export_cmd(stage: Optional[int] = typer.Option(None, "--stage", help="1 (gen
     if stage not in (None, 1, 2):
         console.print("[red]--stage must be 1 or 2[/red]")
         raise typer.Exit(2)
-    report = export_sft(Workspace(workspace_path()), stages=(stage,) if stage else (1, 2), run_ids=run_id or None,
-                        max_length=max_length, target_domains=target or None, eval_fraction=eval_fraction)
+    try:
+        report = export_sft(Workspace(workspace_path()), stages=(stage,) if stage else (1, 2), run_ids=run_id or None,
+                            max_length=max_length, target_domains=target or None, eval_fraction=eval_fraction)
+    except UnscreenedError as exc:
+        console.print(str(exc), markup=False, soft_wrap=True)
+        raise typer.Exit(1)
     if as_json:
         emit(report)
         return

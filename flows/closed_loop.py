@@ -43,6 +43,7 @@ from tasks.corpus.ingest import ingest
 from tasks.discover.config import DiscoverConfig
 from tasks.discover.discover import discover
 from tasks.environments.synthesize import load_domain_records, synthesize_domain
+from tasks.evaluation.contamination import check_contamination, screened_summary
 from tasks.evaluation.evaluate import evaluate
 from tasks.rollouts.conversation import RolloutConfig
 from tasks.rollouts.engine import run_rollouts
@@ -202,6 +203,7 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
     phase("gold_replay", t)
 
     t = time.perf_counter()
+    out["contamination"] = screened_summary(check_contamination(ws))  # cached by content; the export refuses without it
     export = export_sft(ws, stages=(1,), run_ids=[*collect_runs, out["gold_replay"]["run_id"]],
                         max_length=cfg.sft_max_length, eval_fraction=0.1)  # an empty eval split does not load back
     out["export"] = {"kept": export.get("kept"), "dropped": export.get("dropped"),

@@ -10,6 +10,7 @@ from typing import Any
 
 from prefect import flow
 
+from agentscaler import progress
 from agentscaler.artifacts import load_scenarios
 from agentscaler.catalog import Catalog
 from agentscaler.endpoints import is_local
@@ -22,7 +23,7 @@ from flows.discover import discover_flow
 from flows.evaluate import evaluate_flow
 from flows.ingest import ingest_flow
 from flows.train_sft import train_sft_flow
-from tasks.evaluation.report import funnel
+from tasks.evaluation.report import funnel, funnel_markdown, funnel_runs
 from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
 from tasks.rollouts.engine import select_scenarios
 
@@ -48,41 +49,55 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
     params = {k_: v for k_, v in locals().items() if k_ not in ("ws", "catalog")}
-    with run_record(catalog, "pipeline", params) as summary:
+    steps = (4 + bool(gold_replay_domains) + bool(train)
+             + (1 + bool(train and is_local(llm)) if evaluate else 0))  # the last: the trained model's evaluation
+    with run_record(catalog, "pipeline", params) as summary, \
+            progress.stage("pipeline", total=steps, unit="stages") as bar:
+        bar.advance(0, note="ingest")
         summary["ingest"] = _brief(ingest_flow(str(ws.root), sources))
+        bar.advance(note="discover")
         summary["discover"] = _brief(discover_flow(str(ws.root)))
+        bar.advance(note="build")
         summary["build"] = build_environments_flow(str(ws.root), synth=synth, seed=seed, per_domain=per_domain,
                                                    max_length=max_length, limit=domains_limit)
         if tau2_verticals and "tau2" in sources:
             summary["tau2"] = add_tau2_verticals(ws)
         train_domains = _domains_with(ws, "train")[:rollout_domains] if rollout_domains else None
+        bar.advance(note="collect")
         summary["experience"] = collect_experience_flow(str(ws.root), llm=llm, model=model, user=user, trials=trials,
                                                         split="train", per_domain=rollout_per_domain,
                                                         domains=train_domains, max_turns=max_turns,
                                                         max_steps=agent_steps, max_tokens=max_tokens)
         if gold_replay_domains:
+            bar.advance(note="gold replay")
             replay = _domains_with(ws, "train")
             replay = [d for d in replay if not d.startswith("tau2")][:gold_replay_domains] + \
                 [d for d in replay if d.startswith("tau2")]
             summary["gold_replay"] = _brief(gold_replay_run(ws, replay))
         if train:
+            bar.advance(note="train")
             summary["train"] = train_sft_flow(str(ws.root), max_steps=max_steps, config_dir=train_config_dir,
                                               model=train_model)
         if evaluate:
+            bar.advance(note="evaluate")
             eval_args = dict(k=k, max_scenarios=eval_max_scenarios, max_turns=max_turns, max_steps=agent_steps,
                              max_tokens=max_tokens)
             summary["evaluate"] = _brief(evaluate_flow(str(ws.root), llm=llm, model=model, **eval_args))
             checkpoint = _trained_checkpoint(summary.get("train"))
             if checkpoint and is_local(llm):
+                bar.advance(note="evaluate the trained model")
                 summary["evaluate_trained"] = _brief(evaluate_flow(str(ws.root), llm="local", model="trained",
                                                                    checkpoint=checkpoint, **eval_args))
             summary["closed_loop"] = closed_loop_table(summary)
+        bar.advance(note="done")
         runs = (summary["experience"].get("run_ids") or []) + ([summary["gold_replay"]["run_id"]]
                                                               if summary.get("gold_replay") else [])
         summary["funnel"] = funnel(ws, runs)  # the trajectories of this run's rollouts, never evaluations
+        summary["funnel_runs"] = funnel_runs(ws, runs)  # which run each count comes from
         summary["failed"] = {**summary["build"].get("failed", {}), **summary["experience"].get("failed", {})}
         summary["failures"] = {**summary["build"].get("failures", {}), **summary["experience"].get("failures", {})}
-        publish_markdown("pipeline-funnel", funnel_markdown(summary["funnel"]), "tools -> ... -> SFT rows")
+        publish_markdown("pipeline-funnel", "# funnel\n\n" + funnel_markdown(summary["funnel"], summary["funnel_runs"]),
+                         "tools -> ... -> SFT rows, agent vs gold replay")
     return summary
 
 
@@ -128,7 +143,3 @@ def _brief(result: dict[str, Any]) -> dict[str, Any]:
     """Drop bulky per-item lists from a stage result kept in the pipeline summary."""
     return {k: v for k, v in result.items() if not isinstance(v, list) or len(v) <= 20}
 
-
-def funnel_markdown(f: dict[str, int]) -> str:
-    head = " | ".join(f)
-    return f"# funnel\n\n| {head} |\n|{'---|' * len(f)}\n| {' | '.join(str(v) for v in f.values())} |\n"

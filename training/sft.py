@@ -84,8 +84,12 @@ def weight_fingerprint(model: Any) -> str:
     return content_hash([[round(x, 6) for x in p] for p in parts])
 
 
+PROGRESS = "progress: step {step}/{total}"  # one line per optimizer step; tasks/sft/train.py reads it
+
+
 def _step_timer() -> Any:
-    """A callback recording each optimizer step's wall time (for medians in benchmarks/bench_train.py)."""
+    """A callback recording each optimizer step's wall time (for medians in benchmarks/bench_train.py)
+    and printing a progress line per step (the command line shows it: agentscaler.progress)."""
     from transformers import TrainerCallback  # the [train] extra: heavy, loaded on use
 
     class StepTimer(TrainerCallback):
@@ -98,6 +102,8 @@ def _step_timer() -> Any:
 
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
             self.seconds.append(time.perf_counter() - self._t)
+            if state.is_world_process_zero:
+                print(PROGRESS.format(step=state.global_step, total=state.max_steps), flush=True)
 
     return StepTimer()
 

@@ -14,8 +14,9 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Callable
+from typing import Any
 
+from agentscaler import progress
 from agentscaler.artifacts import load_domains, load_tools
 from agentscaler.catalog import Catalog
 from agentscaler.errors import error_text, tag_stage
@@ -147,7 +148,7 @@ def load_domain_records(ws: Workspace) -> list[dict[str, Any]]:
 
 
 def synthesize_all(ws: Workspace, synth: str = "rules", seed: int = 0, validate: bool = True, unsafe: bool = False,
-                   limit: int | None = None, progress: Callable[[str, str], None] | None = None) -> dict[str, Any]:
+                   limit: int | None = None) -> dict[str, Any]:
     """Every domain of graph/domains.json, one after another; a failed domain never stops the rest."""
     records = load_domain_records(ws)[:limit]
     tools = load_tools(ws.tools_path)
@@ -155,33 +156,33 @@ def synthesize_all(ws: Workspace, synth: str = "rules", seed: int = 0, validate:
     out: dict[str, Any] = {"domains": [], "counts": {"done": 0, "failed": 0}, "failures": {},
                            "tools_total": 0, "tools_execute": 0, "reads": 0, "writes": 0,
                            "writes_change_state": 0, "reads_mutating": 0}
-    for rec in records:
-        did = rec.get("domain") if isinstance(rec, dict) else None
-        try:
-            spec = synthesize_domain(ws, rec, tools, synth=synth, seed=seed, validate=validate, unsafe=unsafe,
-                                     catalog=catalog)
-        except Exception as exc:  # noqa: BLE001 - counted and reported, the run goes on
-            out["counts"]["failed"] += 1
-            out["domains"].append({"domain": did, "status": "failed", "error": f"{type(exc).__name__}: {exc}"[:500]})
-            if progress:
-                progress(str(did), "failed")
-            continue
-        r = spec.report
-        v = r.get("validation", {})
-        out["counts"]["done"] += 1
-        out["tools_total"] += len(spec.tools)
-        out["tools_execute"] += r.get("executes", 0)
-        out["reads"] += r.get("reads", 0)
-        out["writes"] += r.get("writes", 0)
-        out["writes_change_state"] += v.get("writes_change_state", 0)
-        out["reads_mutating"] += v.get("reads_mutating", 0)
-        for k, n in (r.get("failures") or {}).items():
-            out["failures"][k] = out["failures"].get(k, 0) + n
-        out["domains"].append({"domain": spec.id, "status": "done", "tools": len(spec.tools),
-                               "executes": r.get("executes"), "reads": r.get("reads"), "writes": r.get("writes"),
-                               "seed_rows": sum((r.get("seed_rows") or {}).values()), "failures": r.get("failures")})
-        if progress:
-            progress(spec.id, "done")
+    with progress.stage("synthesize", total=len(records), unit="domains") as bar:
+        for rec in records:
+            did = rec.get("domain") if isinstance(rec, dict) else None
+            try:
+                spec = synthesize_domain(ws, rec, tools, synth=synth, seed=seed, validate=validate, unsafe=unsafe,
+                                         catalog=catalog)
+            except Exception as exc:  # noqa: BLE001 - counted and reported, the run goes on
+                out["counts"]["failed"] += 1
+                out["domains"].append({"domain": did, "status": "failed", "error": error_text(exc)[:500]})
+                bar.advance(note=f"{did} failed")
+                continue
+            r = spec.report
+            v = r.get("validation", {})
+            out["counts"]["done"] += 1
+            out["tools_total"] += len(spec.tools)
+            out["tools_execute"] += r.get("executes", 0)
+            out["reads"] += r.get("reads", 0)
+            out["writes"] += r.get("writes", 0)
+            out["writes_change_state"] += v.get("writes_change_state", 0)
+            out["reads_mutating"] += v.get("reads_mutating", 0)
+            for k, n in (r.get("failures") or {}).items():
+                out["failures"][k] = out["failures"].get(k, 0) + n
+            out["domains"].append({"domain": spec.id, "status": "done", "tools": len(spec.tools),
+                                   "executes": r.get("executes"), "reads": r.get("reads"), "writes": r.get("writes"),
+                                   "seed_rows": sum((r.get("seed_rows") or {}).values()),
+                                   "failures": r.get("failures")})
+            bar.advance(note=spec.id)
     n = out["tools_total"]
     out["execute_rate"] = round(out["tools_execute"] / n, 4) if n else 0.0
     return out

@@ -84,6 +84,7 @@ def evaluate_run(ws: Workspace, run_id: str, k: int | None = None, meta: dict[st
     summary = summarize(trajs, scenarios, k)
     report = {"run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
               "k": k, "domains": sorted({t.domain for t in trajs}), "scenarios": len({t.scenario_id for t in trajs}),
+              "scenario_ids": sorted({t.scenario_id for t in trajs}),
               **summary, "verify_funnel": verify.get("funnel"), "tau2_scored": len(tau2)}
     atomic_write_json(eval_path(ws, run_id), report)
     return report

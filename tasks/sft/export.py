@@ -13,7 +13,11 @@ Why each step:
 
 - trajectories of held-out scenarios (evaluation runs live in the same workspace) and of
   scenarios flagged by the contamination check (`agentscaler contamination`) stay out, counted by
-  reason: `export_sft` reads both itself, so no caller can skip them.
+  reason: `export_sft` reads both itself, so no caller can skip them; it refuses a workspace whose
+  current scenarios were never screened (every flow screens before it exports).
+
+Every row keeps its origin (`origin`: "agent" or "gold-replay", and `agent_model`), so agent
+experience and gold-replayed demonstrations stay apart in the data and in every count.
 
 Stage 1 = general domains, stage 2 = target verticals (`tau2-*` or a given list).
 Layout: `<ws>/sft/stage{1,2}/{train,eval}.parquet`, `<ws>/sft/stage{1,2}/hf/` (DatasetDict via
@@ -32,7 +36,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from agentscaler.artifacts import contaminated_ids, load_scenarios, read_trajectories, trajectory_files
+from agentscaler.artifacts import contaminated_ids, load_scenarios, read_trajectories, trajectory_files, unscreened
 from agentscaler.hashing import content_hash
 from agentscaler.models import Trajectory
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
@@ -43,6 +47,10 @@ ROLES = ("system", "user", "assistant", "tool")
 DEFAULT_MAX_LENGTH = 2048
 DEFAULT_EVAL_FRACTION = 0.1
 MAX_ERRORS = 50
+
+
+class UnscreenedError(RuntimeError):
+    """The workspace's scenarios were not screened for contamination (or changed since): no export."""
 
 
 class RowError(ValueError):
@@ -139,7 +147,8 @@ def row_from_trajectory(traj: Trajectory) -> dict[str, Any]:
             raise RowError("malformed_tool_schema", f"tools[{k}] is not an OpenAI function schema")
     tools_json = json.dumps(tools, ensure_ascii=False, sort_keys=True)
     return {"id": content_hash({"messages": messages, "tools": tools}), "trajectory_id": traj.id,
-            "scenario_id": traj.scenario_id, "domain": traj.domain, "messages": messages, "tools": tools_json}
+            "scenario_id": traj.scenario_id, "domain": traj.domain, "origin": traj.origin,
+            "agent_model": traj.agent_model, "messages": messages, "tools": tools_json}
 
 
 def count_tokens(tokenizer: Any, row: dict[str, Any]) -> int:
@@ -218,6 +227,8 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
         splits[stage] = {"train": [r for r in rows if r["id"] not in ev_ids], "eval": ev}
     report = {"files": [str(f) for f in files], "read": read, "skipped_unverified": skipped_unverified,
               "kept": {f"stage{s}": {k: len(v) for k, v in sp.items()} for s, sp in splits.items()},
+              "kept_by_origin": {f"stage{s}": dict(Counter(r["origin"] for v in sp.values() for r in v))
+                                 for s, sp in splits.items()},
               "dropped": dict(sorted(dropped.items())), "errors": errors, "max_length": max_length}
     return splits, report
 
@@ -228,8 +239,9 @@ def _features():
     msg = {"role": Value("string"), "content": Value("string"), "tool_calls": List(Json()),
            "tool_call_id": Value("string"), "name": Value("string")}
     return Features({"id": Value("string"), "trajectory_id": Value("string"), "scenario_id": Value("string"),
-                     "domain": Value("string"), "stage": Value("int32"), "n_tokens": Value("int32"),
-                     "messages": List(msg), "tools": Value("string")})
+                     "domain": Value("string"), "origin": Value("string"), "agent_model": Value("string"),
+                     "stage": Value("int32"), "n_tokens": Value("int32"), "messages": List(msg),
+                     "tools": Value("string")})
 
 
 def _to_dataset(rows: list[dict]):
@@ -259,9 +271,10 @@ def write_stage(out_dir: Path, split_rows: dict[str, list[dict]], report: dict[s
     from datasets.utils.logging import disable_progress_bar
 
     disable_progress_bar()
-    digest = content_hash({k: [r["id"] for r in v] for k, v in split_rows.items()})
+    digest = content_hash({k: [[r["id"], r["origin"]] for r in v] for k, v in split_rows.items()})
     stage_report = {**report, "content_hash": digest,
                     "rows": {k: len(v) for k, v in split_rows.items()},
+                    "rows_by_origin": {k: dict(Counter(r["origin"] for r in v)) for k, v in split_rows.items()},
                     "tokens": {k: sum(r["n_tokens"] for r in v) for k, v in split_rows.items()}}
     rep_path = out_dir / "report.json"
     if rep_path.exists() and (out_dir / "hf").exists():
@@ -298,7 +311,12 @@ def export_sft(ws: Workspace, tokenizer: Any | None = None, stages: tuple[int, .
     """Export verified trajectories of `ws` to `<ws>/sft/stage{n}/`; returns the counts report.
 
     `max_length` defaults to the stage configs' (the smallest of `stages`), so export and training
-    filter the same way. Held-out and contaminated scenarios are always left out (excluded_scenarios)."""
+    filter the same way. Held-out and contaminated scenarios are always left out (excluded_scenarios),
+    and a workspace whose current scenarios were not screened is refused (UnscreenedError)."""
+    why = unscreened(ws)
+    if why is not None:
+        raise UnscreenedError(f"{ws.root}: {why}; run `agentscaler contamination` before exporting "
+                              "(the pipeline, the demo and the train-sft flow run it themselves)")
     if max_length is None:
         max_length = min(load_config(default_config_path(s)).max_length for s in stages)
     if tokenizer is None:
@@ -310,6 +328,7 @@ def export_sft(ws: Workspace, tokenizer: Any | None = None, stages: tuple[int, .
     for s in stages:
         res = write_stage(ws.sft_dir / f"stage{s}", splits[s], report)
         result["stages"][f"stage{s}"] = {"dir": str(ws.sft_dir / f"stage{s}"), "rows": res["rows"],
-                                         "tokens": res["tokens"], "skipped": res["skipped"]}
+                                         "rows_by_origin": res["rows_by_origin"], "tokens": res["tokens"],
+                                         "skipped": res["skipped"]}
     atomic_write_json(ws.sft_dir / "report.json", result)
     return result

@@ -98,6 +98,7 @@ def test_export_itself_leaves_out_heldout_and_contaminated_scenarios(tokenizer, 
     """No caller can skip the exclusions: export_sft reads the scenarios' split and the contamination flags."""
     from agentscaler.models import Scenario
     from agentscaler.workspace import atomic_write_json, atomic_write_jsonl
+    from tasks.evaluation.contamination import check_contamination
     from tasks.sft.export import export_sft
     from tests.sft_fixtures import traj, write_rollouts
 
@@ -108,7 +109,29 @@ def test_export_itself_leaves_out_heldout_and_contaminated_scenarios(tokenizer, 
     atomic_write_jsonl(ws.domain_dir("dshop") / "scenarios.jsonl", [Scenario(
         id=held, domain="dshop", read_only=True, intent="x", gold_calls=[], gold_hash="h", seed_hash="h",
         split="heldout").model_dump(mode="json")])
-    atomic_write_json(ws.reports_dir / "contamination.json", {"flags": [{"scenario": flagged}]})
+    report = check_contamination(ws, sources=("tau2",))  # screened (nothing here is a benchmark copy) ...
+    report["flags"].append({"scenario": flagged})  # ... then one scenario flagged by hand
+    atomic_write_json(ws.reports_dir / "contamination.json", report)
     rep = export_sft(ws, tokenizer=tokenizer, max_length=1024)
     assert rep["dropped"]["heldout_scenario"] == 1 and rep["dropped"]["contaminated"] == 1
     assert rep["kept"]["stage1"]["train"] + rep["kept"]["stage1"]["eval"] == 10
+
+
+def test_every_row_carries_its_origin(exported):
+    """Gold replays stay labelled from trajectory to SFT row to the counts (issue 17)."""
+    from tasks.evaluation.report import funnel
+
+    ws, report, _ = exported
+    assert report["kept_by_origin"]["stage2"] == {"gold-replay": 4}  # the tau2-airline demonstrations
+    assert set(report["kept_by_origin"]["stage1"]) == {"agent"}
+    for stage, origin in ((1, "agent"), (2, "gold-replay")):
+        dd = load_from_disk(str(ws.sft_dir / f"stage{stage}" / "hf"))
+        rows = list(dd["train"]) + list(dd["eval"])
+        assert {r["origin"] for r in rows} == {origin}
+        assert {r["agent_model"] for r in rows} == {"smollm2-135m" if origin == "agent" else "gold-replay"}
+        assert set(Dataset.from_parquet(str(ws.sft_dir / f"stage{stage}" / "train.parquet"))["origin"]) == {origin}
+        st = json.loads((ws.sft_dir / f"stage{stage}" / "report.json").read_text())
+        assert sum(n for split in st["rows_by_origin"].values() for n in split.values()) == len(rows)
+    c = funnel(ws)
+    assert c["sft_rows"] == c["sft_rows_agent"] + c["sft_rows_gold_replay"] and c["sft_rows_gold_replay"] == 4
+    assert c["trajectories_gold_replay"] == 4 and c["trajectories_agent"] == c["trajectories"] - 4
