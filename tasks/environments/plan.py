@@ -379,7 +379,7 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
             e.columns["created_at"] = ColumnSpec(name="created_at", type="text")
         if any(pl.action in ("update", "status") for pl in writes) and "updated_at" not in e.columns:
             e.columns["updated_at"] = ColumnSpec(name="updated_at", type="text")
-        if "status" in e.columns:
+        if "status" in e.columns and e.columns["status"].type == "text":  # a numeric status is a plain column
             enum = (e.schemas.get("status") or {}).get("enum")
             base = [v for v in enum if isinstance(v, str)] if isinstance(enum, list) and enum else []
             if "status" in e.param_cols and base:  # a parameter constrains the values
