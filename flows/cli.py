@@ -91,7 +91,7 @@ def main(ctx: typer.Context, workspace: Optional[Path] = WORKSPACE, quiet: bool 
 
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
+           workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Per-domain status from the catalog."""
     _begin(workspace, quiet)
     ws = Workspace(workspace_path())
@@ -336,7 +336,7 @@ def discover_cmd(embedding: str = typer.Option("fast", "--embedding", help="fast
 
 @show_app.command("domains")
 def show_domains(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
+                 workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """The discovered domains: [{"domain": id, "tools": [names]}]."""
     _begin(workspace, quiet)
     ws = Workspace(workspace_path())

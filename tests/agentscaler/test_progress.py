@@ -85,3 +85,25 @@ def test_json_on_stdout_progress_on_stderr_and_options_after_the_command(tmp_pat
     quiet = CliRunner().invoke(app, ["-q", "-w", str(ws.root), "synthesize", "--json", "--no-validate"])
     assert quiet.exit_code == 0 and json.loads(quiet.stdout)["counts"]["done"] == 2
     assert "synthesize:" not in quiet.stderr
+
+
+def test_every_command_takes_workspace_and_quiet_after_its_name(tmp_path):
+    import typer
+
+    from flows.cli import app
+
+    def commands(group, prefix=()):
+        for name, cmd in group.commands.items():
+            if hasattr(cmd, "commands"):
+                yield from commands(cmd, (*prefix, name))
+            else:
+                yield (*prefix, name), cmd
+
+    found = dict(commands(typer.main.get_command(app)))
+    assert len(found) >= 20 and ("ingest",) in found and ("show", "domain") in found
+    for name, cmd in found.items():
+        opts = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        assert {"--workspace", "-w", "--quiet", "-q"} <= opts, name
+    res = CliRunner().invoke(app, ["ingest", "nowhere", "--workspace", str(tmp_path / "w")])  # the example
+    assert res.exit_code == 1 and "no tool was accepted" in res.output  # no usage error: the option is taken
+    assert (tmp_path / "w" / "corpus").is_dir()
