@@ -143,10 +143,13 @@ class _Live:
                                  TextColumn("{task.fields[note]}"), console=console, transient=False)
         self.ids: dict[int, Any] = {}
         self.lock = threading.Lock()
-        self.progress.start()
+        self.started = False  # the display starts with the first stage: a quick command draws nothing
 
     def start(self, st: Stage) -> None:
         with self.lock:
+            if not self.started:
+                self.progress.start()
+                self.started = True
             self.ids[id(st)] = self.progress.add_task(st.name, total=st.total, unit=st.unit, rate="", note="")
 
     def update(self, st: Stage) -> None:
@@ -166,7 +169,8 @@ class _Live:
                 self.progress.stop_task(task)
 
     def stop(self) -> None:
-        self.progress.stop()
+        if self.started:
+            self.progress.stop()
 
 
 _SINK: Any = None
