@@ -209,7 +209,9 @@ def test_user_never_gave_a_needed_fact(ws: Workspace, tools: DomainTools) -> Non
 
 def test_verify_run_writes_files_and_embeds_verdicts(ws: Workspace) -> None:
     scen = load_scenarios(ws, "shop")
-    good = [perfect(s).model_copy(update={"run_id": "vr", "id": trajectory_id("vr", s.id, 0)}) for s in scen]
+    good = [perfect(s).model_copy(update={"run_id": "vr", "id": trajectory_id("vr", s.id, 0),
+                                          "agent_model": "gold-replay" if i == 0 else "m"})
+            for i, s in enumerate(scen)]
     bad = perfect(scen[0]).model_copy(update={"run_id": "vr", "id": trajectory_id("vr", scen[0].id, 1), "trial": 1,
                                               "end_reason": "turn_limit"})
     run = ws.rollout_dir("vr")
@@ -219,6 +221,8 @@ def test_verify_run_writes_files_and_embeds_verdicts(ws: Workspace) -> None:
     rep = verify_run(ws, "vr")
     assert rep["trajectories"] == len(scen) + 1 and rep["passed"] == len(scen) and rep["unreadable"] == 1
     assert rep["reasons"]["turn_limit"] == 1 and rep["funnel"]["completed"] == len(scen)
+    assert rep["by_origin"] == {"agent": {"trajectories": len(scen), "passed": len(scen) - 1},
+                                "gold-replay": {"trajectories": 1, "passed": 1}}
     assert rep["pass^k"]["overall"]["pass^k"]["1"] == pytest.approx((len(scen) - 0.5) / len(scen), abs=1e-6)
     verified = [json.loads(x) for x in (run / "verified.jsonl").read_text().splitlines()]
     assert len(verified) == len(scen) + 1 and sum(r["verdict"]["passed"] for r in verified) == len(scen)
