@@ -163,9 +163,11 @@ class _Live:
         self.update(st)
         with self.lock:
             task = self.ids.pop(id(st), None)
-            if task is not None and st.elapsed() < 1.0:
-                self.progress.remove_task(task)  # a stage over in a blink is noise on the screen
-            elif task is not None:
+            if task is None:
+                return
+            if self.ids or st.elapsed() < 1.0:  # an inner stage (its parent still counts) or a blink: off screen
+                self.progress.remove_task(task)
+            else:
                 self.progress.stop_task(task)
 
     def stop(self) -> None:
