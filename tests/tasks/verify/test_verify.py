@@ -365,7 +365,7 @@ def test_verify_run_writes_files_and_embeds_verdicts(ws: Workspace, env: Environ
                                             "agent_model": "gold-replay" if i == 0 else "m"})
             for i, s in enumerate(scen)]
     bad = gold(env, scen[0]).model_copy(update={"run_id": "vr", "id": trajectory_id("vr", scen[0].id, 1), "trial": 1,
-                                                "end_reason": "turn_limit"})
+                                                "end_reason": "turn_limit", "agent_model": "m"})
     run = ws.rollout_dir("vr")
     run.mkdir(parents=True)
     lines = [t.model_dump_json() for t in good + [bad]] + ['{"id": "torn']
