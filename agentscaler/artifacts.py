@@ -7,7 +7,7 @@ one place (docs/ARCHITECTURE.md lists which stage writes which file):
     graph/domains.json                     load_domains
     domains/<id>/scenarios.jsonl           load_scenarios, scenario_map
     rollouts/<run>/trajectories.jsonl      trajectory_files, read_trajectories, load_trajectories
-    reports/contamination.json             contaminated_ids
+    reports/contamination.json             contaminated_ids, screening_key, unscreened
 
 A bad line of a JSON Lines file is skipped by the loaders (a torn last line after a crash) and
 reported with its file and line by `read_trajectories`, never raised.
@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
+from agentscaler.hashing import content_hash
 from agentscaler.models import Scenario, Tool, Trajectory
 from agentscaler.workspace import Workspace, atomic_write_bytes, read_jsonl
 
@@ -137,3 +138,23 @@ def contaminated_ids(ws: Workspace) -> set[str]:
     if not path.exists():
         return set()
     return {f["scenario"] for f in json.loads(path.read_text("utf-8")).get("flags", [])}
+
+
+def screening_key(scenarios: list[Scenario]) -> str:
+    """What a contamination check read: every scenario's id, split and intent (a rewritten intent
+    is a new text to screen even when the scenario id, a hash of its gold calls, stays)."""
+    return content_hash(sorted([s.id, s.split, s.intent] for s in scenarios))
+
+
+def unscreened(ws: Workspace) -> str | None:
+    """None when reports/contamination.json screened exactly the workspace's current scenarios;
+    otherwise why not (never screened, or the scenarios changed since)."""
+    path = ws.reports_dir / CONTAMINATION
+    if not path.exists():
+        return "its scenarios were never screened against the benchmarks' test items"
+    report = json.loads(path.read_text("utf-8"))
+    scenarios = load_scenarios(ws)
+    if report.get("scenarios_key") != screening_key(scenarios):
+        return (f"its scenarios changed since the last contamination check ({report.get('scenarios', '?')} "
+                f"screened, {len(scenarios)} now)")
+    return None

@@ -7,6 +7,8 @@ dropped connection to the LLM server may not (transient).
 from __future__ import annotations
 
 import socket
+import traceback
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -40,3 +42,61 @@ def transient_only(task: Any, task_run: Any, state: Any) -> bool:
     except Exception as exc:  # noqa: BLE001 - we classify whatever the task raised
         return is_transient(exc)
     return False
+
+
+# --- what a failed domain's summary says ---------------------------------------------------------
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _short(filename: str) -> str:
+    """A frame's file, relative to the repository, or to site-packages / the standard library."""
+    path = Path(filename)
+    try:
+        return str(path.resolve().relative_to(_ROOT))
+    except ValueError:
+        pass
+    parts = path.parts
+    for anchor in ("site-packages", "dist-packages"):
+        if anchor in parts:
+            return "/".join(parts[parts.index(anchor) + 1:])
+    for i, p in enumerate(parts):
+        if p.startswith("python3"):
+            return "/".join(parts[i:])
+    return filename
+
+
+def located(exc: BaseException) -> tuple[str, str]:
+    """(where it was raised, the innermost line of our code on the way) as "file:line", "" if unknown."""
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    where = ours = ""
+    for fr in frames:
+        loc = f"{_short(fr.filename)}:{fr.lineno}"
+        where = loc
+        if fr.filename.startswith(str(_ROOT)) and "/.venv/" not in fr.filename:
+            ours = loc
+    return where, ours
+
+
+def tag_stage(exc: BaseException, stage: str) -> None:
+    """Remember the stage an exception came from (the innermost stage wins); it travels with the
+    exception through Prefect's task state (an attribute, pickled with it)."""
+    if not getattr(exc, "stage", None):
+        exc.stage = stage  # type: ignore[attr-defined]
+
+
+def failure(exc: BaseException, stage: str | None = None) -> dict[str, Any]:
+    """A failed item for a summary: the stage, the exception type, where it was raised, and whose
+    fault it is. "domain" = a DeterministicError (bad input, broken generated code, failed
+    validation: the same every time); "infrastructure" = anything else (our code, the interpreter,
+    the sandbox, the machine, the orchestrator), so such a failure never passes for a bad domain."""
+    where, ours = located(exc)
+    return {"stage": stage or getattr(exc, "stage", None) or "orchestration", "type": type(exc).__name__,
+            "where": where, "our_code": ours, "message": str(exc)[:500],
+            "kind": "domain" if isinstance(exc, DeterministicError) else "infrastructure"}
+
+
+def error_text(exc: BaseException) -> str:
+    """One line for the catalog and logs: "Type: message (at file:line)"."""
+    where, ours = located(exc)
+    at = where + (f", from {ours}" if ours and ours != where else "")
+    return f"{type(exc).__name__}: {exc}" + (f" (at {at})" if at else "")

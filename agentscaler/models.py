@@ -95,6 +95,10 @@ class Verdict(Strict):
     diff: list[dict[str, Any]] = Field(default_factory=list)  # final vs gold field diff when states differ
 
 
+GOLD_REPLAY = "gold-replay"  # agent_model of demonstrations replayed from gold calls (tasks.rollouts.gold)
+ORIGINS = ("agent", GOLD_REPLAY)
+
+
 class Trajectory(Strict):
     """One recorded user-agent-tool conversation on a scenario (OpenAI chat message format)."""
 
@@ -114,3 +118,9 @@ class Trajectory(Strict):
     agent_model: str = ""
     user_kind: str = ""
     verdict: Verdict | None = None
+
+    @property
+    def origin(self) -> str:
+        """"gold-replay" for a demonstration replayed from the scenario's gold calls, else "agent"
+        (a model's own experience): the label every count, row and report keeps apart."""
+        return GOLD_REPLAY if self.agent_model == GOLD_REPLAY else "agent"

@@ -14,7 +14,10 @@ def configure_prefect_env() -> None:
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # Flow and task run logs at INFO: our tasks write one line per domain step (flows/__init__.py
+    # drops Prefect's per-task "Completed" line). The command line shows its own progress on the
+    # console instead (it raises Prefect's console handler to WARNING: agentscaler.progress).
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
     # The ephemeral server needs ~19 s to start on 2 busy cores; Prefect's default limit is 20 s.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 

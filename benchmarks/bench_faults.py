@@ -153,6 +153,7 @@ def bench_llm(tmp: Path, clean_ws: Path, per_kind: int) -> None:
     from agentscaler.workspace import Workspace
     from tasks.rollouts.conversation import RolloutConfig
     from tasks.rollouts.engine import run_rollouts
+    from tasks.evaluation.contamination import check_contamination
     from tasks.sft.export import export_sft
     from tasks.verify.verify import verify_run
 
@@ -165,6 +166,7 @@ def bench_llm(tmp: Path, clean_ws: Path, per_kind: int) -> None:
                            cfg=RolloutConfig(max_turns=3, max_steps=4, retry_wait=0.01, turn_retries=2))
         injected = srv.faults_served()
     verify_run(ws, "rfaults")
+    check_contamination(ws, sources=("tau2",))  # the export refuses unscreened workspaces
     export_sft(ws, run_ids=["rfaults"], eval_fraction=0.0)
     rows = pd.concat([pd.read_parquet(ws.sft_dir / "stage1" / f"{s}.parquet") for s in ("train", "eval")])
     bad = sum(_malformed(m.get("content") or "") for msgs in rows["messages"] for m in msgs)

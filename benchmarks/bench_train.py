@@ -69,6 +69,7 @@ def one(variant: str, steps: int, workspace: str | None, max_length: int, model:
     """Train `steps` steps of one variant in this process; print one JSON line."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from agentscaler.workspace import Workspace
+    from tasks.evaluation.contamination import check_contamination
     from tasks.sft.export import export_sft
     from tests.sft_fixtures import write_rollouts
     from training.config import StageConfig
@@ -80,6 +81,7 @@ def one(variant: str, steps: int, workspace: str | None, max_length: int, model:
         else:
             ws = Workspace(tmp)
             write_rollouts(ws)
+            check_contamination(ws, sources=("tau2",))  # the export refuses unscreened workspaces
             export_sft(ws, stages=(1,), max_length=max_length)
             data = str(Path(tmp) / "sft" / "stage1" / "hf")
         cfg = StageConfig(stage=1, model=model, max_length=max_length, learning_rate=1e-4, warmup_ratio=0.0,

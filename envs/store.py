@@ -41,10 +41,11 @@ def metadata_for(spec: "DomainSpec"):
             args = []
             if c.foreign_key:
                 args.append(sa.ForeignKey(c.foreign_key))
+            # quote=True: corpus names may be SQL keywords SQLAlchemy does not know (SQLite's `returning`)
             cols.append(sa.Column(c.name, types[c.type](), *args, primary_key=c.name in t.primary_key,
                                   nullable=c.nullable and c.name not in t.primary_key,
-                                  autoincrement=False))
-        sa.Table(t.name, md, *cols)
+                                  autoincrement=False, quote=True))
+        sa.Table(t.name, md, *cols, quote=True)
     return md
 
 

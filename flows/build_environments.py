@@ -11,9 +11,11 @@ keys), so a killed run resumes.
 from __future__ import annotations
 
 import os
+import time
+from collections import Counter
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from agentscaler.artifacts import load_scenarios, load_tools
@@ -22,7 +24,7 @@ from agentscaler.errors import transient_only
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from envs.spec import DomainSpec
-from flows.common import batches, fan_out, publish_markdown, run_batch_deployments, run_record
+from flows.common import batches, fan_out, failed_text, failure_lines, publish_markdown, run_batch_deployments, run_record
 from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
 from tasks.scenarios.build import build_scenarios
 
@@ -39,10 +41,17 @@ def build_domain_task(item: dict[str, Any], workspace: str, synth: str, seed: in
                       max_length: int) -> dict[str, Any]:
     """item = {"record": domain record, "tools": its member tools as dicts}."""
     ws = Workspace(workspace)
+    log = get_run_logger()
     record = item["record"]
     tools = [Tool.model_validate(t) for t in item["tools"]]
+    t0 = time.perf_counter()
     spec = synthesize_domain(ws, record, tools, synth=synth, seed=seed)
+    log.info("synthesize %s: %d tools, %s execute (%.1f s)", spec.id, len(spec.tools), spec.report.get("executes"),
+             time.perf_counter() - t0)
+    t0 = time.perf_counter()
     scen = build_scenarios(ws, spec.id, per_domain=per_domain, max_length=max_length, seed=seed)
+    log.info("scenarios %s: %d kept%s (%.1f s)", spec.id, scen.get("kept", 0),
+             ", unchanged" if scen.get("skipped") else "", time.perf_counter() - t0)
     return {"domain": spec.id, "tools": len(spec.tools), "executes": spec.report.get("executes"),
             "scenarios": scen.get("kept", 0), "skipped": bool(scen.get("skipped"))}
 
@@ -97,20 +106,25 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
             run_batch_deployments(batch_deployment, parts, {"workspace": str(ws.root), "synth": synth, "seed": seed,
                                                             "per_domain": per_domain, "max_length": max_length},
                                   catalog, BUILD_STAGES)
-            results, errors = {}, {}
+            results, failures = {}, {}
             for d in ids:
                 st = {s: catalog.stage_status(d, s) or {} for s in BUILD_STAGES}
                 if all(v.get("status") == "done" for v in st.values()):
                     results[d] = _built(ws, d)
-                else:
-                    errors[d] = next((f"{s}: {v.get('error')}" for s, v in st.items() if v.get("status") == "failed"),
-                                     "not built")
+                else:  # the batch run recorded the stage's error in the catalog (a killed worker: the run's state)
+                    stage, err = next(((s, str(v.get("error"))) for s, v in st.items() if v.get("status") == "failed"),
+                                      ("orchestration", "not built"))
+                    failures[d] = {"stage": stage, "type": "BatchFailure", "where": "", "our_code": "",
+                                   "message": err[:500],  # a run that crashed or never ran is not the domain's fault
+                                   "kind": "infrastructure" if stage == "orchestration" or "Crashed" in err else "domain"}
             summary["batches"] = len(parts)
         else:
-            results, errors = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
-                                      workspace=str(ws.root), synth=synth, seed=seed,
-                                      per_domain=per_domain, max_length=max_length)
-        summary.update(domains=len(records), built=len(results), failed=errors,
+            results, failures = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
+                                        label="build", workspace=str(ws.root), synth=synth, seed=seed,
+                                        per_domain=per_domain, max_length=max_length)
+        errors = failed_text(failures)
+        summary.update(domains=len(records), built=len(results), failed=errors, failures=failures,
+                       failed_by_kind=dict(Counter(f["kind"] for f in failures.values())),
                        scenarios=sum(r["scenarios"] for r in results.values()),
                        tools=sum(r["tools"] for r in results.values()),
                        tools_execute=sum(r["executes"] or 0 for r in results.values()))
@@ -126,6 +140,7 @@ def _markdown(summary: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|",
              f"| {summary['domains']} | {summary['built']} | {len(summary['failed'])} | {summary['tools']} | "
              f"{summary['tools_execute']} | {summary['scenarios']} |"]
-    if summary["failed"]:
-        lines += ["", "## failed domains", ""] + [f"- `{d}`: {e}" for d, e in sorted(summary["failed"].items())]
+    if summary["failures"]:
+        lines += ["", "## failed domains (stage: exception at file:line [whose fault])", ""]
+        lines += [f"- {line}" for line in failure_lines(summary["failures"])]
     return "\n".join(lines) + "\n"

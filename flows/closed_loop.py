@@ -49,6 +49,7 @@ from tasks.discover.config import DiscoverConfig
 from tasks.discover.discover import discover
 from tasks.environments.synthesize import synthesize_all
 from tasks.evaluation.compare import compare
+from tasks.evaluation.contamination import check_contamination
 from tasks.evaluation.eval_set import choose_eval_set, eval_set_path, load_eval_set
 from tasks.evaluation.evaluate import eval_path, evaluate
 from tasks.evaluation.report import closed_loop_markdown, plot_scaling, plot_training_curve, scaling_markdown
@@ -263,6 +264,7 @@ def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: l
     with the same data and config finished before. Returns {export, train}."""
     base = ws.root / "closed_loop" / name
     runs = [GOLD_RUN, *cfg.experience_runs]
+    check_contamination(ws)  # cached by content; the export refuses scenarios never screened
     export = export_sft(ws, stages=(1,), run_ids=runs, max_length=cfg.max_length, target_domains=[],
                         domains=domains, session_length=cfg.session_length, out_dir=base / "sft")
     if not export["stages"]["stage1"]["rows"]["train"]:

@@ -9,17 +9,18 @@ verified. A re-run with the same parameters resumes (finished trajectories are s
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from agentscaler.catalog import Catalog
 from agentscaler.endpoints import is_local, serve
-from agentscaler.errors import transient_only
+from agentscaler.errors import error_text, tag_stage, transient_only
 from agentscaler.hashing import content_hash
 from agentscaler.workspace import Workspace
-from flows.common import fan_out, publish_markdown, run_record
+from flows.common import failed_text, fan_out, publish_markdown, run_record
 from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
 from tasks.rollouts.engine import run_rollouts, select_scenarios
 from tasks.verify.verify import verify_run
@@ -43,8 +44,11 @@ def experience_task(domain: str, workspace: str, base_url: str | list[str], pref
         rollout = run_rollouts(ws, base_url, model=model, trials=trials, split=split, max_scenarios=per_domain,
                                domains=[domain], cfg=RolloutConfig(**cfg), run_id=run_id, concurrency=concurrency)
         verdicts = verify_run(ws, run_id)
+        get_run_logger().info("rollouts %s: %s conversations, %s verified (%.0f s)", domain,
+                              verdicts.get("trajectories", 0), verdicts.get("passed", 0), rollout.get("wall_s") or 0)
     except Exception as exc:
-        catalog.mark(domain, STAGE, "failed", error=f"{type(exc).__name__}: {exc}")
+        catalog.mark(domain, STAGE, "failed", error=error_text(exc))
+        tag_stage(exc, STAGE)
         raise
     catalog.mark(domain, STAGE, "done", artifact=run_id)
     return {"run_id": run_id, "trajectories": verdicts.get("trajectories", 0), "passed": verdicts.get("passed", 0),
@@ -72,10 +76,12 @@ def collect_experience_flow(workspace: str, llm: str | None = None, model: str =
         # other's prompt cache, so locally domains and conversations go one at a time.
         local = is_local(llm)
         with serve(llm) as base_url:
-            results, errors = fan_out(experience_task, wanted, key=str, sequential=local, workspace=str(ws.root),
-                                      base_url=base_url, prefix=prefix, model=model, trials=trials, split=split,
-                                      per_domain=per_domain, cfg=cfg, concurrency=1 if local else concurrency)
-        summary.update(prefix=prefix, domains=len(wanted), failed=errors,
+            results, failures = fan_out(experience_task, wanted, key=str, sequential=local, label="collect",
+                                        workspace=str(ws.root), base_url=base_url, prefix=prefix, model=model, trials=trials, split=split,
+                                        per_domain=per_domain, cfg=cfg, concurrency=1 if local else concurrency)
+        errors = failed_text(failures)
+        summary.update(prefix=prefix, domains=len(wanted), failed=errors, failures=failures,
+                       failed_by_kind=dict(Counter(f["kind"] for f in failures.values())),
                        run_ids=sorted(r["run_id"] for r in results.values()),
                        trajectories=sum(r["trajectories"] for r in results.values()),
                        verified=sum(r["passed"] for r in results.values()))

@@ -16,7 +16,9 @@ from prefect.concurrency.asyncio import concurrency
 from prefect.deployments import run_deployment
 from prefect.settings import get_current_settings
 
+from agentscaler import progress
 from agentscaler.catalog import Catalog
+from agentscaler.errors import failure
 from agentscaler.hashing import content_hash
 from agentscaler.llm import REQUEST_SLOT
 
@@ -56,30 +58,49 @@ def run_record(catalog: Catalog, flow: str, params: dict[str, Any]) -> Iterator[
 
 
 def fan_out(task: Any, items: list[Any], key: Callable[[Any], str], sequential: bool = False,
-            **kwargs: Any) -> tuple[dict[str, Any], dict[str, str]]:
+            label: str | None = None, unit: str = "domains",
+            **kwargs: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Submit one task run per item and wait for all; a failed item never fails the others.
 
-    Returns (results by key, errors by key). The plain functions behind the tasks mark the
-    catalog themselves, so a failure is already recorded with its reason when it lands here.
-    `sequential` waits for each run before submitting the next (a one-slot LLM server)."""
+    Returns (results by key, failures by key: `agentscaler.errors.failure`, i.e. the stage, the
+    exception type, where it was raised and whether it is the domain's fault). The plain functions
+    behind the tasks mark the catalog themselves, so a failure is already recorded with its reason
+    when it lands here. `sequential` waits for each run before submitting the next (a one-slot LLM
+    server). Each finished item advances the progress stage `label` (default: the task's name)."""
     futures = {}
-    for item in items:
-        futures[key(item)] = fut = task.submit(item, **kwargs)
-        if sequential:
-            fut.wait()
-    results: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    for k, fut in futures.items():
-        state = fut.wait() or fut.state
-        if state.is_completed():
-            results[k] = fut.result()
-        else:
-            try:
-                fut.result(raise_on_failure=True)
-                errors[k] = f"task ended in state {state.type}"
-            except BaseException as exc:  # noqa: BLE001 - reported per domain
-                errors[k] = f"{type(exc).__name__}: {exc}"[:500]
-    return results, errors
+    with progress.stage(label or task.name, total=len(items), unit=unit) as bar:
+        for item in items:
+            k = key(item)
+            futures[k] = fut = task.submit(item, **kwargs)
+            fut.add_done_callback(lambda _f, k=k: bar.advance(note=k))
+            if sequential:
+                fut.wait()
+        results: dict[str, Any] = {}
+        failures: dict[str, dict[str, Any]] = {}
+        for k, fut in futures.items():
+            state = fut.wait() or fut.state
+            if state.is_completed():
+                results[k] = fut.result()
+            else:
+                try:
+                    fut.result(raise_on_failure=True)
+                    failures[k] = {"stage": "orchestration", "type": f"task state {state.type}", "where": "",
+                                   "our_code": "", "message": str(state.message or "")[:500], "kind": "infrastructure"}
+                except BaseException as exc:  # noqa: BLE001 - reported per domain
+                    failures[k] = failure(exc)
+    return results, failures
+
+
+def failed_text(failures: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The summaries' `failed` key: one "Type: message" line per failed item (as it always was)."""
+    return {k: f"{f['type']}: {f['message']}"[:500] for k, f in failures.items()}
+
+
+def failure_lines(failures: dict[str, dict[str, Any]]) -> list[str]:
+    """One readable line per failed item: stage, type, location, whose fault, message."""
+    return [f"{k}: {f['stage']}: {f['type']} at {f['where'] or '?'}"
+            + (f" (from {f['our_code']})" if f["our_code"] and f["our_code"] != f["where"] else "")
+            + f" [{f['kind']}]: {f['message'][:200]}" for k, f in sorted(failures.items())]
 
 
 def batches(items: list[Any], size: int) -> list[list[Any]]:

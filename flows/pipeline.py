@@ -10,6 +10,7 @@ from typing import Any
 
 from prefect import flow
 
+from agentscaler import progress
 from agentscaler.artifacts import load_scenarios
 from agentscaler.catalog import Catalog
 from agentscaler.endpoints import is_local
@@ -25,7 +26,7 @@ from flows.train_sft import train_sft_flow
 from tasks.evaluation.compare import compare
 from tasks.evaluation.compare import markdown as compare_markdown
 from tasks.evaluation.eval_set import EvalSetError, choose_eval_set, eval_set_path, load_eval_set
-from tasks.evaluation.report import comparison_path, funnel
+from tasks.evaluation.report import comparison_path, funnel, funnel_markdown, funnel_runs
 from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
 from tasks.rollouts.engine import select_scenarios
 
@@ -57,29 +58,39 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
     params = {k_: v for k_, v in locals().items() if k_ not in ("ws", "catalog")}
-    with run_record(catalog, "pipeline", params) as summary:
+    steps = (4 + bool(gold_replay_domains) + bool(train)
+             + (1 + bool(train and is_local(llm)) if evaluate else 0))  # the last: the trained model's evaluation
+    with run_record(catalog, "pipeline", params) as summary, \
+            progress.stage("pipeline", total=steps, unit="stages") as bar:
+        bar.advance(0, note="ingest")
         summary["ingest"] = _brief(ingest_flow(str(ws.root), sources))
+        bar.advance(note="discover")
         summary["discover"] = _brief(discover_flow(str(ws.root)))
+        bar.advance(note="build")
         summary["build"] = build_environments_flow(str(ws.root), synth=synth, seed=seed, per_domain=per_domain,
                                                    max_length=max_length, limit=domains_limit,
                                                    batch_deployment=build_batch_deployment)
         if tau2_verticals and "tau2" in sources:
             summary["tau2"] = add_tau2_verticals(ws)
         train_domains = _domains_with(ws, "train")[:rollout_domains] if rollout_domains else None
+        bar.advance(note="collect")
         summary["experience"] = collect_experience_flow(str(ws.root), llm=llm, model=model, user=user, trials=trials,
                                                         split="train", per_domain=rollout_per_domain,
                                                         domains=train_domains, max_turns=max_turns,
                                                         max_steps=agent_steps, max_tokens=max_tokens)
         if gold_replay_domains:
+            bar.advance(note="gold replay")
             replay = _domains_with(ws, "train")
             replay = [d for d in replay if not d.startswith("tau2")][:gold_replay_domains] + \
                 [d for d in replay if d.startswith("tau2")]
             summary["gold_replay"] = _brief(gold_replay_run(ws, replay))
         if train:
+            bar.advance(note="train")
             summary["train"] = train_sft_flow(str(ws.root), max_steps=max_steps, config_dir=train_config_dir,
                                               model=train_model, accelerate_config=accelerate_config,
                                               num_processes=num_processes)
         if evaluate:
+            bar.advance(note="evaluate")
             # One evaluation set (written once) for every model scored, so base and trained see the same scenarios.
             summary["eval_set"] = _eval_set(ws, eval_max_scenarios, eval_domains)
             eval_args = dict(k=k, max_turns=max_turns, max_steps=agent_steps, max_tokens=max_tokens,
@@ -89,17 +100,22 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
             summary["evaluate"] = _brief(base)
             checkpoint = _trained_checkpoint(summary.get("train"))
             if checkpoint and is_local(llm):
+                bar.advance(note="evaluate the trained model")
                 trained = evaluate_flow(str(ws.root), llm="local", model="trained", checkpoint=checkpoint, **eval_args)
                 summary["evaluate_trained"] = _brief(trained)
                 comparison = compare(base, trained)
                 atomic_write_json(comparison_path(ws, "pipeline"), comparison)
                 publish_markdown("base-vs-trained", compare_markdown(comparison), "the same held-out scenarios")
             summary["closed_loop"] = closed_loop_table(summary)
+        bar.advance(note="done")
         runs = (summary["experience"].get("run_ids") or []) + ([summary["gold_replay"]["run_id"]]
                                                               if summary.get("gold_replay") else [])
         summary["funnel"] = funnel(ws, runs)  # the trajectories of this run's rollouts, never evaluations
+        summary["funnel_runs"] = funnel_runs(ws, runs)  # which run each count comes from
         summary["failed"] = {**summary["build"].get("failed", {}), **summary["experience"].get("failed", {})}
-        publish_markdown("pipeline-funnel", funnel_markdown(summary["funnel"]), "tools -> ... -> SFT rows")
+        summary["failures"] = {**summary["build"].get("failures", {}), **summary["experience"].get("failures", {})}
+        publish_markdown("pipeline-funnel", "# funnel\n\n" + funnel_markdown(summary["funnel"], summary["funnel_runs"]),
+                         "tools -> ... -> SFT rows, agent vs gold replay")
     return summary
 
 
@@ -157,7 +173,3 @@ def _brief(result: dict[str, Any]) -> dict[str, Any]:
     """Drop bulky per-item lists from a stage result kept in the pipeline summary."""
     return {k: v for k, v in result.items() if not isinstance(v, list) or len(v) <= 20}
 
-
-def funnel_markdown(f: dict[str, int]) -> str:
-    head = " | ".join(f)
-    return f"# funnel\n\n| {head} |\n|{'---|' * len(f)}\n| {' | '.join(str(v) for v in f.values())} |\n"

@@ -1,4 +1,5 @@
-"""train_sft: export verified trajectories, then stage-1 SFT, then stage-2 SFT from stage 1's weights.
+"""train_sft: screen the scenarios for contamination, export verified trajectories, then stage-1 SFT,
+then stage-2 SFT from stage 1's weights.
 
 Training runs as a subprocess (`python -m training.sft` or `accelerate launch ...`), never in the
 Prefect process; its log streams into the Prefect run's log.
@@ -17,9 +18,18 @@ from agentscaler.errors import transient_only
 from agentscaler.hashing import content_hash
 from agentscaler.workspace import Workspace, atomic_write_json
 from flows.common import publish_markdown, run_record
+from tasks.evaluation.contamination import check_contamination, screened_summary
 from tasks.sft.export import export_sft
 from tasks.sft.train import train_stage
 from training.config import CONFIG_DIR, default_config_path, load_config
+
+
+# Before any export: screen the scenarios against tau2/BFCL test items (cached by content, so a
+# re-run whose scenarios did not change costs a file read; the export refuses unscreened ones).
+@task(name="contamination", retries=1, retry_delay_seconds=1, retry_condition_fn=transient_only,
+      tags=["contamination"])
+def contamination_task(ws_root: str) -> dict[str, Any]:
+    return screened_summary(check_contamination(Workspace(ws_root)))
 
 
 # One task run = the whole export (one pass over the rollouts).
@@ -54,6 +64,7 @@ def train_sft_flow(workspace: str, stages: list[int] | None = None, max_steps: i
     catalog = Catalog(ws.catalog_path)
     with run_record(catalog, "train_sft", {"stages": stages, "max_steps": max_steps, "model": model,
                                            "budget_minutes": budget_minutes}) as summary:
+        summary["contamination"] = contamination_task(str(ws.root))
         summary["export"] = {}
         results: dict[str, Any] = {}
         for stage in stages:

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from agentscaler.hashing import content_hash
-from agentscaler.models import Trajectory, Verdict
+from agentscaler.models import GOLD_REPLAY, Trajectory, Verdict
 from agentscaler.workspace import Workspace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -52,11 +52,11 @@ def conversation(domain: str, k: int, args: str | None = None, tool_content: str
     ]
 
 
-def traj(domain: str, k: int, passed: bool = True, **kw) -> Trajectory:
+def traj(domain: str, k: int, passed: bool = True, agent_model: str = "smollm2-135m", **kw) -> Trajectory:
     scen = content_hash({"d": domain, "k": k})
     return Trajectory(id=content_hash({"r": "run1", "s": scen, "k": kw.get("args")}), run_id="run1",
                       scenario_id=scen, domain=domain, messages=conversation(domain, k, **kw), tools=TOOLS[domain],
-                      verdict=Verdict(passed=passed, reasons=[] if passed else ["state_mismatch"]))
+                      agent_model=agent_model, verdict=Verdict(passed=passed, reasons=[] if passed else ["state_mismatch"]))
 
 
 def write_rollouts(ws: Workspace) -> dict[str, int]:
@@ -66,7 +66,7 @@ def write_rollouts(ws: Workspace) -> dict[str, int]:
         rows.append(traj("dshop", k))
         rows.append(traj("dweather", k))
     for k in range(4):
-        rows.append(traj("tau2-airline", k))
+        rows.append(traj("tau2-airline", k, agent_model=GOLD_REPLAY))  # demonstrations, labelled as such
     rows.append(traj("dshop", 100, passed=False))  # unverified: skipped
     rows.append(traj("dshop", 101, args='{"order_id": "O1"'))  # malformed arguments
     rows.append(traj("dshop", 102, args='["not", "an", "object"]'))  # malformed arguments
@@ -92,9 +92,11 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory, tokenizer):
     """A workspace with the fixture rollouts exported (max_length 1024)."""
+    from tasks.evaluation.contamination import check_contamination
     from tasks.sft.export import export_sft
 
     ws = Workspace(tmp_path_factory.mktemp("ws"))
     expected = write_rollouts(ws)
+    check_contamination(ws, sources=("tau2",))  # the export refuses an unscreened workspace
     report = export_sft(ws, tokenizer=tokenizer, max_length=1024)
     return ws, report, expected

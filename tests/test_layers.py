@@ -26,27 +26,29 @@ def _module(path: Path) -> str:
     return ".".join(parts)
 
 
+TREES = {path: ast.parse(path.read_text(encoding="utf-8"))
+         for pkg in PACKAGES for path in sorted((ROOT / pkg).rglob("*.py"))}
+
+
 def _imports() -> dict[str, list[tuple[str, int, bool]]]:
     """module -> [(imported module, line, inside a function)] for imports of our packages and of prefect."""
     out: dict[str, list[tuple[str, int, bool]]] = {}
-    for pkg in PACKAGES:
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            inner = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
-            found = []
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Import):
-                    names = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    # `from pkg import sub` may name a submodule: count both readings
-                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-                else:
-                    continue
-                for name in names:
-                    if name.split(".")[0] in PACKAGES + ("prefect",):
-                        found.append((name, node.lineno, id(node) in inner))
-            out[_module(path)] = found
+    for path, tree in TREES.items():
+        inner = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        found = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                # `from pkg import sub` may name a submodule: count both readings
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in PACKAGES + ("prefect",):
+                    found.append((name, node.lineno, id(node) in inner))
+        out[_module(path)] = found
     return out
 
 
@@ -157,6 +159,25 @@ def test_stage_packages_form_no_cycle():
                 pkg[a[1]].add(b[1])
     both = sorted({tuple(sorted((a, b))) for a, bs in pkg.items() for b in bs if a in pkg.get(b, ())})
     assert not both, both
+
+
+def test_python_is_parsed_one_thread_at_a_time():
+    """Issue 23: every parse of Python source into `ast` objects goes through agentscaler.pyast's
+    lock (CPython 3.11's conversion is not thread-safe), never `ast.parse`, `ast.literal_eval` or
+    `compile(..., ast.PyCF_ONLY_AST)` directly. (Library code calling `ast.parse` is covered by
+    pyast.install; tests/agentscaler/test_pyast.py provokes the race.)"""
+    wrong = []
+    for path, tree in TREES.items():
+        if path == ROOT / "agentscaler" / "pyast.py":
+            continue
+        for node in ast.walk(tree):
+            attr = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            if attr in ("parse", "literal_eval", "PyCF_ONLY_AST") and (
+                    attr != "parse" or (isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == "ast")):
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} {attr}")
+    assert not wrong, wrong
+    assert any(isinstance(n, ast.Attribute) and n.attr == "parse" and getattr(n.value, "id", "") == "pyast"
+               for tree in TREES.values() for n in ast.walk(tree))  # the check sees the real calls
 
 
 def test_the_checks_see_the_code():

@@ -93,8 +93,12 @@ def weight_fingerprint(model: Any) -> str:
     return content_hash([[round(x, 6) for x in p] for p in parts])
 
 
+PROGRESS = "progress: step {step}/{total}"  # one line per optimizer step; tasks/sft/train.py reads it
+
+
 def _step_timer() -> Any:
-    """A callback recording each optimizer step's wall time (for medians in benchmarks/bench_train.py)."""
+    """A callback recording each optimizer step's wall time (for medians in benchmarks/bench_train.py)
+    and printing a progress line per step (the command line shows it: agentscaler.progress)."""
     from transformers import TrainerCallback  # the [train] extra: heavy, loaded on use
 
     class StepTimer(TrainerCallback):
@@ -107,11 +111,31 @@ def _step_timer() -> Any:
 
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
             self.seconds.append(time.perf_counter() - self._t)
+            if state.is_world_process_zero:
+                print(PROGRESS.format(step=state.global_step, total=state.max_steps), flush=True)
 
     return StepTimer()
 
 
-def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: bool) -> Any:
+def optimizer_steps(cfg: StageConfig, train_rows: int, max_steps: int | None = None, world_size: int = 1) -> int:
+    """Optimizer steps the trainer will take: max_steps when set, else epochs x updates per epoch
+    (as transformers' Trainer counts them: batches per process, floor-divided by accumulation)."""
+    steps = max_steps if max_steps is not None else cfg.max_steps
+    if steps and steps > 0:
+        return steps
+    batches = math.ceil(train_rows / (cfg.per_device_train_batch_size * max(1, world_size)))
+    per_epoch = max(1, batches // cfg.gradient_accumulation_steps)
+    return math.ceil(cfg.num_train_epochs * per_epoch)
+
+
+def warmup_steps(cfg: StageConfig, train_rows: int, max_steps: int | None = None, world_size: int = 1) -> int:
+    """warmup_ratio of the optimizer steps, as a whole number of steps. `warmup_steps` takes a ratio
+    only in some transformers versions (a float below 1) and `warmup_ratio` is deprecated in others,
+    so the steps are computed here: every allowed version warms up the same."""
+    return math.ceil(cfg.warmup_ratio * optimizer_steps(cfg, train_rows, max_steps, world_size))
+
+
+def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: bool, train_rows: int = 0) -> Any:
     import torch  # the [train] extra: heavy, loaded on use
     from trl import SFTConfig
 
@@ -119,18 +143,18 @@ def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: b
     steps = max_steps if max_steps is not None else cfg.max_steps
     if cfg.budget_minutes and steps <= 0:
         steps = 10**6  # the budget decides (or the epochs: num_train_epochs still bounds the run)
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # set by accelerate launch / torchrun
     return SFTConfig(
         output_dir=str(out_dir),
         assistant_only_loss=True,
         # rows over max_length were dropped in load_datasets; padding-free without packing wants None here
         max_length=None if (cfg.padding_free and not cfg.packing) else cfg.max_length,
-        use_cpu=bool(bf16 and not torch.cuda.is_available()),  # bf16 autocast on the CPU
         packing=cfg.packing,
         padding_free=cfg.padding_free,
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler_type,
-        warmup_steps=cfg.warmup_ratio,
+        warmup_steps=warmup_steps(cfg, train_rows, max_steps, world),
         weight_decay=cfg.weight_decay,
         num_train_epochs=cfg.num_train_epochs,
         max_steps=steps,
@@ -214,7 +238,7 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[s
     train_ds, eval_ds, counts = load_datasets(cfg, ws_root)
     # The training arguments exist before the model is built so that, under accelerate + ZeRO-3
     # (zero3_init_flag), transformers builds the model already partitioned (deepspeed.zero.Init).
-    args = sft_args(cfg, out_dir, max_steps, eval_ds is not None)
+    args = sft_args(cfg, out_dir, max_steps, eval_ds is not None, train_rows=len(train_ds))
     model, tok, source = load_model_and_tokenizer(cfg, ws_root)
     start_fp = weight_fingerprint(model)
     frozen = freeze_embeddings(model) if cfg.freeze_embeddings else 0

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentscaler import pyast
 from agentscaler.hashing import content_hash
 from agentscaler.workspace import atomic_write_text
 from envs.spec import ColumnSpec, DomainSpec, TableSpec, ToolSpec
@@ -225,5 +226,5 @@ def build_tau2_domain(name: str, dest_dir: Path) -> DomainSpec:
 
 
 def _defined_functions(code: str) -> set[str]:
-    return {n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)}
+    return {n.name for n in pyast.parse(code).body if isinstance(n, ast.FunctionDef)}
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from agentscaler import progress
 from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
@@ -235,26 +236,29 @@ def build_corpus(items: Iterable[RawTool | LoadIssue], existing: list[Tool] | No
     rejected: Counter[str] = Counter()
     errors: list[str] = []
     accepted: dict[str, Candidate] = {}
-    for it in items:
-        if isinstance(it, LoadIssue):
-            rejected[it.reason] += 1
-            errors.append(f"{it.where}: {it.reason}: {it.message}")
-            continue
-        cand, reason, msg = check_tool(it, checker)
-        if cand is None:
-            assert reason is not None
-            rejected[reason] += 1
-            if reason in MALFORMED:
-                errors.append(f"{it.where}: {reason}: {msg}")
-            continue
-        if add_returns and cand.returns is None:
-            cand.returns = infer_returns(cand.name, cand.raw.description)
-            cand.key = content_hash({"name": cand.name, "description": cand.raw.description.strip(),
-                                     "parameters": cand.parameters, "returns": cand.returns})
-        if cand.key in accepted:
-            rejected["duplicate"] += 1
-            continue
-        accepted[cand.key] = cand
+    items = list(items)
+    with progress.stage("check tools", total=len(items), unit="tools") as bar:
+        for it in items:
+            bar.advance()
+            if isinstance(it, LoadIssue):
+                rejected[it.reason] += 1
+                errors.append(f"{it.where}: {it.reason}: {it.message}")
+                continue
+            cand, reason, msg = check_tool(it, checker)
+            if cand is None:
+                assert reason is not None
+                rejected[reason] += 1
+                if reason in MALFORMED:
+                    errors.append(f"{it.where}: {reason}: {msg}")
+                continue
+            if add_returns and cand.returns is None:
+                cand.returns = infer_returns(cand.name, cand.raw.description)
+                cand.key = content_hash({"name": cand.name, "description": cand.raw.description.strip(),
+                                         "parameters": cand.parameters, "returns": cand.returns})
+            if cand.key in accepted:
+                rejected["duplicate"] += 1
+                continue
+            accepted[cand.key] = cand
     # keys of the existing corpus, so a re-ingest adds nothing twice
     existing_keys: set[str] = set()
     for t in existing:
@@ -300,10 +304,12 @@ def ingest(ws: Workspace, sources: Iterable[str | Path], fmt: str = "auto", stri
     files, items_pre = expand_sources(sources)
     items: list[RawTool | LoadIssue] = list(items_pre)
     by_format: Counter[str] = Counter()
-    for f in files:
-        found, got = load_file(f, fmt)
-        by_format[found or "unrecognized"] += 1
-        items.extend(got)
+    with progress.stage("read corpus", total=len(files), unit="files") as bar:
+        for f in files:
+            found, got = load_file(f, fmt)
+            by_format[found or "unrecognized"] += 1
+            items.extend(got)
+            bar.advance()
     existing: list[Tool] = []
     if ws.tools_path.exists():
         try:

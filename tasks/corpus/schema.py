@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from agentscaler import pyast
 from tasks.corpus.common import MAX_DEPTH
 
 _SCALARS: dict[str, dict[str, Any]] = {}
@@ -137,7 +138,7 @@ def annotation_schema(node: ast.AST | None, resolve: Callable[[str, int], dict[s
             return {"type": "null"}
         if isinstance(node.value, str):  # a string annotation: parse it
             try:
-                return annotation_schema(ast.parse(node.value, mode="eval").body, resolve, depth + 1)
+                return annotation_schema(pyast.parse(node.value, mode="eval").body, resolve, depth + 1)
             except SyntaxError:
                 return simple_type(node.value) or {}
         return {}
@@ -234,7 +235,7 @@ def py_type_schema(text: Any) -> tuple[dict[str, Any], bool]:
     if " or " in t:
         return _union([py_type_schema(p)[0] for p in t.split(" or ")]), optional
     try:
-        node = ast.parse(t, mode="eval").body
+        node = pyast.parse(t, mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return simple_type(t) or {}, optional
     if isinstance(node, ast.Subscript):

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentscaler import pyast
 from tasks.corpus.common import Item, LoadIssue, RawTool, read_text
 from tasks.corpus.schema import annotation_schema, field_description, json_safe, object_schema
 
@@ -54,7 +55,7 @@ class _ModelResolver:
         self.classes: dict[str, ast.ClassDef] = {}
         if source:
             try:
-                tree = ast.parse(source)
+                tree = pyast.parse(source)
             except SyntaxError:
                 tree = None
             for node in (tree.body if tree else []):
@@ -133,7 +134,7 @@ def load_tau2(path: Path, text: str) -> Iterator[Item]:
     argument types are resolved through the sibling data_model.py (Literal aliases, pydantic models)."""
     where = str(path)
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         yield LoadIssue(where, "malformed_tool", f"not valid Python: {exc}")
         return

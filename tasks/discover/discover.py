@@ -18,6 +18,7 @@ from typing import Any
 import igraph as ig
 import numpy as np
 
+from agentscaler import progress
 from agentscaler.artifacts import load_tools
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
@@ -54,24 +55,30 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
         if old.get("input_hash") == input_hash:
             return {**old["summary"], "skipped": True}
     timings = {}
-    t = time.perf_counter()
-    vecs, estats = embed_tools(tools, cfg.embedding, ws.cache_dir, cfg.param_weight)
-    timings["embed_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    g = build_graph(tools, vecs, cfg.threshold, cfg.top_k, cfg.flow_min_sim)
-    gstats = save_graph(g, ws.graph_dir)
-    timings["graph_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    records, dreport = find_domains(tools, vecs, g, cfg, checker=checker)
-    if checker is not None and hasattr(checker, "stats"):
-        dreport["second_check"] = {"checker": type(checker).__name__, **checker.stats}
-    timings["domains_s"] = time.perf_counter() - t
-    atomic_write_json(ws.domains_path, records)
-    t = time.perf_counter()
-    if draw:
-        png = draw_domains(records, g, tools, ws.reports_dir / "domains.png")
-        atomic_write_bytes(ws.graph_dir / "domains.png", png.read_bytes())
-    timings["draw_s"] = time.perf_counter() - t
+    with progress.stage("discover", total=4, unit="steps") as bar:
+        t = time.perf_counter()
+        bar.advance(0, note=f"embed {len(tools)} tools")
+        vecs, estats = embed_tools(tools, cfg.embedding, ws.cache_dir, cfg.param_weight)
+        timings["embed_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        bar.advance(note="tool graph")
+        g = build_graph(tools, vecs, cfg.threshold, cfg.top_k, cfg.flow_min_sim)
+        gstats = save_graph(g, ws.graph_dir)
+        timings["graph_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        bar.advance(note="domains" + (" + dependency check" if checker is not None else ""))
+        records, dreport = find_domains(tools, vecs, g, cfg, checker=checker)
+        if checker is not None and hasattr(checker, "stats"):
+            dreport["second_check"] = {"checker": type(checker).__name__, **checker.stats}
+        timings["domains_s"] = time.perf_counter() - t
+        atomic_write_json(ws.domains_path, records)
+        t = time.perf_counter()
+        bar.advance(note="drawing")
+        if draw:
+            png = draw_domains(records, g, tools, ws.reports_dir / "domains.png")
+            atomic_write_bytes(ws.graph_dir / "domains.png", png.read_bytes())
+        timings["draw_s"] = time.perf_counter() - t
+        bar.advance(note=f"{len(records)} domains")
     timings["total_s"] = time.perf_counter() - t0
     timings = {k: round(v, 3) for k, v in timings.items()}
     summary = {"tools": len(tools), "domains": len(records), "kept_tools": sum(len(r["tools"]) for r in records),

@@ -19,6 +19,7 @@ from typing import Any
 import igraph as ig
 import numpy as np
 
+from agentscaler import progress
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
 from tasks.discover.check import dependency_check
@@ -194,28 +195,30 @@ def find_domains(tools: list[Tool], vecs: np.ndarray, g, cfg: DiscoverConfig,
             per.setdefault(int(comm[a]), []).append((a, b, kinds[ei], float(weights[ei]), keys_[ei]))
 
     records, checks, n_dropped = [], [], 0
-    for ci, grp in enumerate(groups):
-        kept, decisions, dropped = dependency_check(grp, tools, vecs, per.get(ci, []), cfg)
-        if checker is not None:
-            kept, decisions, dropped = checker(grp, tools, decisions, kept, dropped)
-        n_dropped += len(dropped)
-        kept = sorted(kept, key=lambda i: (tools[i].name, tools[i].id))
-        kept_set = set(kept)
-        ids = [tools[i].id for i in kept]
-        did = domain_id(ids)
-        out_edges = []
-        for (a, b, kind, wt, _key), dec in zip(per.get(ci, []), decisions):
-            if not dec["confirmed"] or a not in kept_set or b not in kept_set:
-                continue
-            out_edges.append({"src": tools[a].name, "dst": tools[b].name, "kind": kind, "weight": round(wt, 4)})
-            if kind == "similar":
-                out_edges.append({"src": tools[b].name, "dst": tools[a].name, "kind": kind, "weight": round(wt, 4)})
-        out_edges.sort(key=lambda e: (e["src"], e["dst"], e["kind"]))
-        records.append({"domain": did, "tools": ids, "names": [tools[i].name for i in kept], "edges": out_edges})
-        checks.append({"domain": did, "size": len(kept), "dropped": dropped,
-                       "edges_confirmed": sum(d["confirmed"] for d in decisions),
-                       "edges_rejected": sum(not d["confirmed"] for d in decisions),
-                       "edge_decisions": decisions[:200]})
+    with progress.stage("dependency check", total=len(groups), unit="domains") as bar:
+        for ci, grp in enumerate(groups):
+            kept, decisions, dropped = dependency_check(grp, tools, vecs, per.get(ci, []), cfg)
+            if checker is not None:
+                kept, decisions, dropped = checker(grp, tools, decisions, kept, dropped)
+            n_dropped += len(dropped)
+            kept = sorted(kept, key=lambda i: (tools[i].name, tools[i].id))
+            kept_set = set(kept)
+            ids = [tools[i].id for i in kept]
+            did = domain_id(ids)
+            out_edges = []
+            for (a, b, kind, wt, _key), dec in zip(per.get(ci, []), decisions):
+                if not dec["confirmed"] or a not in kept_set or b not in kept_set:
+                    continue
+                out_edges.append({"src": tools[a].name, "dst": tools[b].name, "kind": kind, "weight": round(wt, 4)})
+                if kind == "similar":
+                    out_edges.append({"src": tools[b].name, "dst": tools[a].name, "kind": kind, "weight": round(wt, 4)})
+            out_edges.sort(key=lambda e: (e["src"], e["dst"], e["kind"]))
+            records.append({"domain": did, "tools": ids, "names": [tools[i].name for i in kept], "edges": out_edges})
+            checks.append({"domain": did, "size": len(kept), "dropped": dropped,
+                           "edges_confirmed": sum(d["confirmed"] for d in decisions),
+                           "edges_rejected": sum(not d["confirmed"] for d in decisions),
+                           "edge_decisions": decisions[:200]})
+            bar.advance()
     records.sort(key=lambda r: (-len(r["tools"]), r["domain"]))
 
     final = np.full(n, -1, np.int64)  # -1: dropped by the check

@@ -27,6 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
+from agentscaler import progress
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
 from agentscaler.settings import cache_root
@@ -244,18 +245,23 @@ def description_text(tool: Tool) -> str:
     return f"{split_name(tool.name)}: {tool.description}".strip()
 
 
+EMBED_CHUNK = 2048  # texts per embedder call: a progress step, and what a killed run keeps
+
+
 def embed_texts(texts: list[str], embedder: Embedder, cache: EmbeddingCache | None) -> tuple[np.ndarray, dict]:
     """Embed unique texts, reading and filling the cache. Returns (vectors in input order, stats)."""
     keys = [content_hash(t) for t in texts]
     uniq = dict(zip(keys, texts))
     found = cache.get_many(list(uniq)) if cache is not None else {}
     missing = [k for k in uniq if k not in found]
-    if missing:
-        new = embedder.embed([uniq[k] for k in missing])
-        fresh = dict(zip(missing, new))
-        if cache is not None:
-            cache.put_many(fresh)
-        found.update(fresh)
+    with progress.stage("embed", total=len(missing), unit="texts") as bar:  # MiniLM: ~125 texts/s on 2 cores
+        for i in range(0, len(missing), EMBED_CHUNK):
+            part = missing[i:i + EMBED_CHUNK]
+            fresh = dict(zip(part, embedder.embed([uniq[k] for k in part])))
+            if cache is not None:
+                cache.put_many(fresh)  # a killed run keeps what it embedded
+            found.update(fresh)
+            bar.advance(len(part))
     dim = embedder.dim
     out = np.zeros((len(texts), dim), np.float32)
     for i, k in enumerate(keys):

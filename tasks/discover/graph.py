@@ -22,6 +22,7 @@ import igraph as ig
 import numpy as np
 import pandas as pd
 
+from agentscaler import progress
 from agentscaler.models import Tool
 from agentscaler.naming import singular, snake
 from agentscaler.workspace import atomic_write_bytes
@@ -92,18 +93,20 @@ def similarity_edges(vecs: np.ndarray, threshold: float, top_k: int = 15,
         return empty, empty, np.zeros(0, np.float32)
     k = min(top_k, n - 1)
     srcs, dsts, ws = [], [], []
-    for start in range(0, n, block):
-        rows = vecs[start:start + block]
-        sims = rows @ vecs.T
-        idx = np.arange(len(rows))
-        sims[idx, start + idx] = -np.inf  # no self loops
-        part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
-        top = np.take_along_axis(sims, part, axis=1)
-        keep = top >= threshold
-        r = np.repeat(start + idx[:, None], k, axis=1)[keep]
-        srcs.append(r)
-        dsts.append(part[keep])
-        ws.append(top[keep])
+    with progress.stage("similar tools", total=n, unit="tools") as bar:  # a 30k corpus: minutes on a loaded machine
+        for start in range(0, n, block):
+            rows = vecs[start:start + block]
+            sims = rows @ vecs.T
+            idx = np.arange(len(rows))
+            sims[idx, start + idx] = -np.inf  # no self loops
+            part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+            top = np.take_along_axis(sims, part, axis=1)
+            keep = top >= threshold
+            r = np.repeat(start + idx[:, None], k, axis=1)[keep]
+            srcs.append(r)
+            dsts.append(part[keep])
+            ws.append(top[keep])
+            bar.advance(len(rows))
     src, dst, w = np.concatenate(srcs), np.concatenate(dsts), np.concatenate(ws).astype(np.float32)
     lo, hi = np.minimum(src, dst), np.maximum(src, dst)
     pair = lo.astype(np.int64) * n + hi
@@ -122,23 +125,26 @@ def dataflow_edges(tools: list[Tool], vecs: np.ndarray, flow_min_sim: float, flo
         for k in input_keys(t):
             consumers[k].append(i)
     best: dict[tuple[int, int], tuple[float, str]] = {}
-    for key in sorted(set(producers) & set(consumers)):
-        P = np.asarray(producers[key])
-        C = np.asarray(consumers[key])
-        for cs in range(0, len(C), 512):
-            cb = C[cs:cs + 512]
-            sims = vecs[cb] @ vecs[P].T
-            sims[cb[:, None] == P[None, :]] = -np.inf  # a tool does not feed itself
-            k = min(flow_top_k, len(P))
-            part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
-            top = np.take_along_axis(sims, part, axis=1)
-            for r, c in enumerate(cb):
-                for j in range(k):
-                    s = float(top[r, j])
-                    if s >= flow_min_sim:
-                        pair = (int(P[part[r, j]]), int(c))
-                        if pair not in best or best[pair][0] < s:
-                            best[pair] = (s, key)
+    keys = sorted(set(producers) & set(consumers))
+    with progress.stage("dataflow links", total=len(keys), unit="keys") as bar:
+        for key in keys:
+            P = np.asarray(producers[key])
+            C = np.asarray(consumers[key])
+            for cs in range(0, len(C), 512):
+                cb = C[cs:cs + 512]
+                sims = vecs[cb] @ vecs[P].T
+                sims[cb[:, None] == P[None, :]] = -np.inf  # a tool does not feed itself
+                k = min(flow_top_k, len(P))
+                part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+                top = np.take_along_axis(sims, part, axis=1)
+                for r, c in enumerate(cb):
+                    for j in range(k):
+                        s = float(top[r, j])
+                        if s >= flow_min_sim:
+                            pair = (int(P[part[r, j]]), int(c))
+                            if pair not in best or best[pair][0] < s:
+                                best[pair] = (s, key)
+            bar.advance()
     return [(a, b, s, key) for (a, b), (s, key) in sorted(best.items())]
 
 

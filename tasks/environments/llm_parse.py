@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentscaler import pyast
 from agentscaler.llm import LLMFormatError, parse_json_reply
 from agentscaler.naming import ascii_identifier
 from envs.spec import TableSpec, ToolSpec
@@ -115,13 +116,13 @@ def static_check(code: str, tools: list[ToolSpec]) -> list[str]:
     and signatures."""
     try:
         compile(code, "tools.py", "exec", dont_inherit=True)  # syntax only: the code object is dropped
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except (SyntaxError, ValueError) as exc:
         return [f"syntax error line {getattr(exc, 'lineno', '?')}: {getattr(exc, 'msg', exc)}"]
     problems = code_problems(tree, code)
     if problems:
         return problems
-    fns = functions(code)
+    fns = functions(tree)
     for t in tools:
         fn = fns.get(t.name)
         if fn is None:

@@ -595,6 +595,8 @@ def _states(plans: list[Plan], entities: dict[str, Entity]) -> None:
                                                                    pl.action in ("extend", "refill", "logout"))
                                          for pl in plans) else set()))
         for col in cols:
+            if col in e.columns and e.columns[col].type in ("integer", "real"):
+                continue  # a numeric status parameter is a plain numeric column: no lifecycle words in it
             moves = [pl for pl in plans if pl.entity == e.name and pl.action == "status" and pl.status_col == col]
             creates = [pl for pl in plans if pl.entity == e.name and pl.action == "create"] if col == "status" else []
             enum = (e.schemas.get(col) or {}).get("enum")

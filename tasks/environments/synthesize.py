@@ -14,10 +14,12 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Callable
+from typing import Any
 
+from agentscaler import progress
 from agentscaler.artifacts import load_domains, load_tools
 from agentscaler.catalog import Catalog
+from agentscaler.errors import error_text, tag_stage
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text
@@ -71,7 +73,8 @@ def synthesize_domain(ws: Workspace, domain_record: dict[str, Any], tools: list[
         with ws.domain_lock(domain_id):  # two runs on one workspace build a domain once: the second finds it
             spec = _build(ws, domain_id, domain_record, tools, synth, seed, validate, unsafe, synth_options)
     except Exception as exc:
-        catalog.mark(domain_id, STAGE, "failed", error=f"{type(exc).__name__}: {exc}")
+        catalog.mark(domain_id, STAGE, "failed", error=error_text(exc))
+        tag_stage(exc, STAGE)
         raise
     catalog.mark(domain_id, STAGE, "done", artifact=spec.report.get("content_id"))
     return spec
@@ -146,7 +149,7 @@ def load_domain_records(ws: Workspace) -> list[dict[str, Any]]:
 
 
 def synthesize_all(ws: Workspace, synth: str = "rules", seed: int = 0, validate: bool = True, unsafe: bool = False,
-                   limit: int | None = None, progress: Callable[[str, str], None] | None = None) -> dict[str, Any]:
+                   limit: int | None = None) -> dict[str, Any]:
     """Every domain of graph/domains.json, one after another; a failed domain never stops the rest."""
     records = load_domain_records(ws)[:limit]
     tools = load_tools(ws.tools_path)
@@ -154,36 +157,36 @@ def synthesize_all(ws: Workspace, synth: str = "rules", seed: int = 0, validate:
     out: dict[str, Any] = {"domains": [], "counts": {"done": 0, "failed": 0}, "failures": {},
                            "tools_total": 0, "tools_execute": 0, "reads": 0, "writes": 0,
                            "writes_change_state": 0, "reads_mutating": 0, "bad_input": {}, "near_duplicates_merged": 0}
-    for rec in records:
-        did = rec.get("domain") if isinstance(rec, dict) else None
-        try:
-            spec = synthesize_domain(ws, rec, tools, synth=synth, seed=seed, validate=validate, unsafe=unsafe,
-                                     catalog=catalog)
-        except Exception as exc:  # noqa: BLE001 - counted and reported, the run goes on
-            out["counts"]["failed"] += 1
-            out["domains"].append({"domain": did, "status": "failed", "error": f"{type(exc).__name__}: {exc}"[:500]})
-            if progress:
-                progress(str(did), "failed")
-            continue
-        r = spec.report
-        v = r.get("validation", {})
-        out["counts"]["done"] += 1
-        out["tools_total"] += len(spec.tools)
-        out["tools_execute"] += r.get("executes", 0)
-        out["reads"] += r.get("reads", 0)
-        out["writes"] += r.get("writes", 0)
-        out["writes_change_state"] += v.get("writes_change_state", 0)
-        out["reads_mutating"] += v.get("reads_mutating", 0)
-        for k, n in (r.get("failures") or {}).items():
-            out["failures"][k] = out["failures"].get(k, 0) + n
-        for k, names in (r.get("bad_input") or {}).items():  # tools given a documented default, by reason
-            out["bad_input"][k] = out["bad_input"].get(k, 0) + len(names)
-        out["near_duplicates_merged"] += (r.get("near_duplicates") or {}).get("merged", 0)
-        out["domains"].append({"domain": spec.id, "status": "done", "tools": len(spec.tools),
-                               "executes": r.get("executes"), "reads": r.get("reads"), "writes": r.get("writes"),
-                               "seed_rows": sum((r.get("seed_rows") or {}).values()), "failures": r.get("failures")})
-        if progress:
-            progress(spec.id, "done")
+    with progress.stage("synthesize", total=len(records), unit="domains") as bar:
+        for rec in records:
+            did = rec.get("domain") if isinstance(rec, dict) else None
+            try:
+                spec = synthesize_domain(ws, rec, tools, synth=synth, seed=seed, validate=validate, unsafe=unsafe,
+                                         catalog=catalog)
+            except Exception as exc:  # noqa: BLE001 - counted and reported, the run goes on
+                out["counts"]["failed"] += 1
+                out["domains"].append({"domain": did, "status": "failed", "error": error_text(exc)[:500]})
+                bar.advance(note=f"{did} failed")
+                continue
+            r = spec.report
+            v = r.get("validation", {})
+            out["counts"]["done"] += 1
+            out["tools_total"] += len(spec.tools)
+            out["tools_execute"] += r.get("executes", 0)
+            out["reads"] += r.get("reads", 0)
+            out["writes"] += r.get("writes", 0)
+            out["writes_change_state"] += v.get("writes_change_state", 0)
+            out["reads_mutating"] += v.get("reads_mutating", 0)
+            for k, n in (r.get("failures") or {}).items():
+                out["failures"][k] = out["failures"].get(k, 0) + n
+            for k, names in (r.get("bad_input") or {}).items():  # tools given a documented default, by reason
+                out["bad_input"][k] = out["bad_input"].get(k, 0) + len(names)
+            out["near_duplicates_merged"] += (r.get("near_duplicates") or {}).get("merged", 0)
+            out["domains"].append({"domain": spec.id, "status": "done", "tools": len(spec.tools),
+                                   "executes": r.get("executes"), "reads": r.get("reads"), "writes": r.get("writes"),
+                                   "seed_rows": sum((r.get("seed_rows") or {}).values()),
+                                   "failures": r.get("failures")})
+            bar.advance(note=spec.id)
     n = out["tools_total"]
     out["execute_rate"] = round(out["tools_execute"] / n, 4) if n else 0.0
     return out

@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agentscaler import pyast
 from agentscaler.errors import TransientError
 from agentscaler.schemas import is_valid
 from envs.episode import Environment
@@ -35,10 +36,11 @@ REASONS = ("syntax", "missing_function", "signature", "load", "tool_error", "no_
 
 
 # --- static checks (parse only, never execute) ----------------------------------------------------
-def functions(code: str) -> dict[str, ast.FunctionDef]:
+def functions(code: str | ast.Module) -> dict[str, ast.FunctionDef]:
     """Top-level functions by the name the worker will find them under (def name, or a
-    `globals()["odd-name"] = fn` alias for tool names that are not Python identifiers)."""
-    tree = ast.parse(code)
+    `globals()["odd-name"] = fn` alias for tool names that are not Python identifiers).
+    `code` is tools.py's text or its already parsed tree."""
+    tree = pyast.parse(code) if isinstance(code, str) else code
     defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     out = dict(defs)
     for n in tree.body:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from agentscaler.artifacts import CONTAMINATION, load_scenarios
+from agentscaler.artifacts import CONTAMINATION, load_scenarios, screening_key
 from agentscaler.hashing import content_hash
 from agentscaler.models import Scenario
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
@@ -188,23 +188,40 @@ def find_contamination(scenarios: list[Scenario], references: list[dict[str, Any
 def check_contamination(ws: Workspace, embedding: str = "fast", intent_threshold: float = INTENT_THRESHOLD,
                         calls_threshold: float = CALLS_THRESHOLD, sources: tuple[str, ...] = ("tau2", "bfcl"),
                         bfcl_root: Path | None = None) -> dict[str, Any]:
-    """Check every scenario of the workspace; write reports/contamination.json; return it."""
+    """Check every scenario of the workspace; write reports/contamination.json; return it.
+
+    Cached by content: when the report on disk screened the same scenarios (ids, splits, intents)
+    with the same settings, it is returned as is (`"skipped": True`). The references are the
+    installed tau2 and BFCL test items."""
     t0 = time.perf_counter()
+    scenarios = load_scenarios(ws)
+    params = {"embedding": embedding, "intent_threshold": intent_threshold, "calls_threshold": calls_threshold,
+              "sources": list(sources)}
+    skey = screening_key(scenarios)
+    input_key = content_hash({"scenarios": skey, "params": params})
+    path = contamination_path(ws)
+    if path.exists():
+        old = json.loads(path.read_text("utf-8"))
+        if old.get("input_key") == input_key:
+            return {**old, "skipped": True}
     refs: list[dict[str, Any]] = []
     if "tau2" in sources:
         refs += tau2_references()
     if "bfcl" in sources:
         refs += bfcl_references(root=bfcl_root)
-    scenarios = load_scenarios(ws)
     flags = find_contamination(scenarios, refs, embedding, intent_threshold, calls_threshold, ws.cache_dir)
     by: dict[str, int] = {}
     for f in flags:
         key = f"{f['source']}:{f['kind']}"
         by[key] = by.get(key, 0) + 1
-    report = {"params": {"embedding": embedding, "intent_threshold": intent_threshold,
-                         "calls_threshold": calls_threshold, "sources": list(sources)},
+    report = {"params": params, "scenarios_key": skey, "input_key": input_key, "skipped": False,
               "scenarios": len(scenarios), "references": {s: sum(r["source"] == s for r in refs) for s in sources},
               "flagged": len(flags), "flagged_train": sum(f["split"] == "train" for f in flags), "by_kind": by,
               "flags": flags, "wall_s": round(time.perf_counter() - t0, 2)}
     atomic_write_json(contamination_path(ws), report)
     return report
+
+
+def screened_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """A contamination report without its flag list (for flow summaries)."""
+    return {k: v for k, v in report.items() if k != "flags"}

@@ -1,7 +1,8 @@
 """Held-out evaluation: a model's pass^1..pass^k per domain and overall, accuracy by number of
 gold tool calls, and failure attribution, on held-out scenarios (or tau2's airline/retail tasks).
 
-One evaluation = one rollout run with k trials per scenario (tasks.rollouts.engine), verified by
+One evaluation = one rollout run with k trials per scenario (tasks.rollouts.engine), with users
+that never see the gold state (no goal check: RolloutConfig.goal_check is forced off), verified by
 tasks.verify.verify (final-state match, exact calls for read-only scenarios, attribution). On tau2
 domains the pass criterion is tau2's own (tasks.evaluation.tau2: DB state x required information
 communicated). pass^k = C(c,k)/C(n,k) from tasks.verify.passk, averaged over scenarios; trials whose
@@ -157,12 +158,13 @@ def evaluate(ws: Workspace, base_url: str | list[str], *, model: str = "smollm2-
         for name in names:
             tau2_domain_dir(ws, name)
         domains = [f"tau2_{n}" for n in names]
-    cfg = cfg or RolloutConfig()
+    # Evaluation users never see the gold state: no goal check, whatever the caller passed.
+    cfg = (cfg or RolloutConfig()).model_copy(update={"goal_check": False})
     t0 = time.perf_counter()
     rollout = run_rollouts(ws, base_url, model=model, trials=k, split=split, max_scenarios=max_scenarios,
                            domains=domains, cfg=cfg, run_id=run_id, concurrency=concurrency, timeout=timeout,
                            scenario_ids=scenario_ids)
-    meta = {"model": model, "split": split, "suite": "tau2" if tau2 else "heldout",
+    meta = {"model": model, "split": split, "suite": "tau2" if tau2 else "heldout", "user_goal_check": False,
             "rollout": {key: rollout.get(key) for key in ("planned", "written", "skipped_existing", "failed_domains",
                                                          "end_reasons", "wall_s", "sims_per_hour", "errors")}}
     report = evaluate_run(ws, rollout["run_id"], k, meta)

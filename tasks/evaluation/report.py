@@ -1,11 +1,13 @@
 """Run report: markdown + HTML with matplotlib PNGs (Agg), written to `<ws>/reports/<run>/`.
 
 Sections: the data funnel (tools -> domains -> environments -> scenarios -> trajectories ->
-verified -> SFT rows, counted from the workspace), domain sizes, environment quality (id
-coherence, write observability, execution, chain share, non-empty gold reads: tasks.environments.quality),
-and, when an evaluation of the
-run exists (`reports/eval-<run>.json`), pass^k curves per domain, accuracy vs number of gold
-tool calls, failure attribution and reasons. `report_markdown(...)` returns the markdown the
+verified -> SFT rows, counted from the workspace; agent experience and gold replays in their own
+columns, evaluation runs apart, and the runs each count comes from), domain sizes, environment
+quality (id coherence, write observability, execution, chain share, non-empty gold reads:
+tasks.environments.quality), and, when an evaluation of the run exists (`reports/eval-<run>.json`),
+pass^k curves per domain, accuracy vs number of gold tool calls, failure attribution and reasons;
+given several evaluations (the demo's base and trained models), a before/after section with the
+scenarios they ran on. `report_markdown(...)` returns the markdown the
 lead attaches to the Prefect run as an artifact.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ import markdown
 import pyarrow.parquet as pq
 
 from agentscaler.artifacts import load_domains, load_scenarios, read_trajectories, trajectory_files
+from agentscaler.models import GOLD_REPLAY, Scenario, Trajectory
 from agentscaler.plots import pyplot, save_png
 from agentscaler.workspace import Workspace, atomic_write_text
 from envs.spec import DomainSpec
@@ -36,13 +40,59 @@ def _parquet_rows(path: Path) -> int:
     return pq.ParquetFile(path).metadata.num_rows
 
 
+CHAIN = ("tools", "domains", "environments", "scenarios", "trajectories", "verified", "sft_rows")
+RUN_KINDS = ("collection", "gold replay", "evaluation")
+
+
+def run_kind(ws: Workspace, run_id: str, trajectories: list[Trajectory]) -> str:
+    """What a rollout run was for: an evaluation (it has reports/eval-<run>.json), a gold replay
+    (every trajectory replays gold calls), or the collection of agent experience."""
+    if eval_path(ws, run_id).exists():
+        return "evaluation"
+    if trajectories and all(t.origin == GOLD_REPLAY for t in trajectories):
+        return "gold replay"
+    return "collection"
+
+
+def funnel_runs(ws: Workspace, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    """One row per rollout run (default: every run of the workspace): its kind, its trajectories by
+    origin, and how many passed verification."""
+    rows = []
+    for path in trajectory_files(ws, run_ids):
+        trajs = [t for _, t, _, _ in read_trajectories(path) if t is not None]
+        origins = Counter(t.origin for t in trajs)
+        passed = Counter(t.origin for t in trajs if t.verdict and t.verdict.passed)
+        rows.append({"run": path.parent.name, "kind": run_kind(ws, path.parent.name, trajs),
+                     "trajectories": len(trajs), "agent": origins["agent"], "gold_replay": origins[GOLD_REPLAY],
+                     "passed": sum(passed.values()), "passed_agent": passed["agent"],
+                     "passed_gold_replay": passed[GOLD_REPLAY]})
+    return rows
+
+
+def _sft_origins(ws: Workspace) -> Counter:
+    out: Counter = Counter()
+    for p in sorted(ws.sft_dir.glob("stage*/*.parquet")):
+        table = pq.read_table(p, columns=["origin"]) if "origin" in pq.ParquetFile(p).schema.names else None
+        if table is None:
+            out["unlabelled"] += _parquet_rows(p)  # exported before rows carried their origin
+        else:
+            out.update(table.column("origin").to_pylist())
+    return out
+
+
 def funnel(ws: Workspace, run_ids: list[str] | None = None) -> dict[str, int]:
     """tools -> domains -> environments (their tools, near-duplicate tools merged as aliases) ->
-    scenarios -> trajectories -> verified -> SFT rows, counted on disk (a missing stage counts 0). Trajectories and verified count the given rollout runs (default:
-    every run of the workspace); the pipeline passes the runs it made."""
-    tools = _parquet_rows(ws.tools_path) if ws.tools_path.exists() else 0
-    trajs = [t for f in trajectory_files(ws, run_ids) for _, t, _, _ in read_trajectories(f) if t is not None]
-    sft = sum(_parquet_rows(p) for p in sorted(ws.sft_dir.glob("stage*/*.parquet")))
+    scenarios -> trajectories -> verified -> SFT rows, counted on disk (a missing stage counts 0), with every count that mixes origins split into agent experience
+    and gold replays (`*_agent`, `*_gold_replay`).
+
+    Trajectories and verified count the training runs among `run_ids` (default: every run of the
+    workspace): agent collection and gold replays. Evaluation runs are counted apart
+    (`evaluation_trajectories`, `evaluation_passed`), never in the chain; `funnel_runs` says which run
+    each count comes from."""
+    runs = funnel_runs(ws, run_ids)
+    train = [r for r in runs if r["kind"] != "evaluation"]
+    evals = [r for r in runs if r["kind"] == "evaluation"]
+    sft = _sft_origins(ws)
     specs = []
     for d in ws.domain_ids():
         try:
@@ -50,10 +100,39 @@ def funnel(ws: Workspace, run_ids: list[str] | None = None) -> dict[str, int]:
         except (OSError, ValueError):  # an unreadable spec is not an environment's tools
             continue
     merged = sum(((s.report or {}).get("near_duplicates") or {}).get("merged", 0) for s in specs)
-    return {"tools": tools, "domains": len(load_domains(ws)), "environments": len(ws.domain_ids()),
-            "environment_tools": sum(len(s.tools) for s in specs), "near_duplicates_merged": merged,
-            "scenarios": len(load_scenarios(ws)), "trajectories": len(trajs),
-            "verified": sum(bool(t.verdict and t.verdict.passed) for t in trajs), "sft_rows": sft}
+    out = {"tools": _parquet_rows(ws.tools_path) if ws.tools_path.exists() else 0, "domains": len(load_domains(ws)),
+           "environments": len(ws.domain_ids()), "environment_tools": sum(len(s.tools) for s in specs),
+           "near_duplicates_merged": merged, "scenarios": len(load_scenarios(ws)),
+           "trajectories": sum(r["trajectories"] for r in train), "verified": sum(r["passed"] for r in train),
+           "sft_rows": sum(sft.values())}
+    for origin, suffix in (("agent", "agent"), (GOLD_REPLAY, "gold_replay")):
+        out[f"trajectories_{suffix}"] = sum(r[suffix] for r in train)
+        out[f"verified_{suffix}"] = sum(r[f"passed_{suffix}"] for r in train)
+        out[f"sft_rows_{suffix}"] = sft[origin]
+    if sft.get("unlabelled"):
+        out["sft_rows_unlabelled"] = sft["unlabelled"]
+    out["evaluation_trajectories"] = sum(r["trajectories"] for r in evals)
+    out["evaluation_passed"] = sum(r["passed"] for r in evals)
+    return out
+
+
+def funnel_markdown(counts: dict[str, int], runs: list[dict[str, Any]] | None = None) -> str:
+    """The funnel as markdown: the chain with agent and gold-replay columns, evaluations apart, and
+    (given `runs`) the runs each count comes from."""
+    rows = []
+    for key in CHAIN:
+        split = f"{key}_agent" in counts
+        rows.append([key, counts.get(key, 0), counts.get(f"{key}_agent", "") if split else "",
+                     counts.get(f"{key}_gold_replay", "") if split else ""])
+    out = [_table(["stage", "total", "agent", "gold replay"], rows)]
+    if "evaluation_trajectories" in counts:
+        out += ["", f"Evaluation runs (not training data, not in the chain above): "
+                    f"{counts['evaluation_trajectories']} trajectories, {counts['evaluation_passed']} passed."]
+    if runs:
+        out += ["", _table(["run", "kind", "trajectories", "agent", "gold replay", "passed"],
+                           [[f"`{r['run']}`", r["kind"], r["trajectories"], r["agent"], r["gold_replay"], r["passed"]]
+                            for r in sorted(runs, key=lambda r: (RUN_KINDS.index(r["kind"]), r["run"]))])]
+    return "\n".join(out)
 
 
 def domain_sizes(ws: Workspace) -> list[int]:
@@ -101,7 +180,7 @@ def plot_by_calls(ev: dict[str, Any], path: Path) -> Path:
 def plot_funnel(counts: dict[str, int], path: Path) -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
-    names = list(counts)
+    names = [n for n in CHAIN if n in counts]
     ax.barh(names[::-1], [counts[n] for n in names][::-1], color="tab:green")
     for i, n in enumerate(names[::-1]):
         ax.text(counts[n], i, f" {counts[n]}", va="center", fontsize=8)
@@ -189,16 +268,68 @@ def quality_markdown(q: dict[str, Any], worst: int = 10) -> list[str]:
         if rows:
             out += ["", f"Worst domains by {label}:", "",
                     _table(["domain", "name", label], [[d["domain"], d["name"], _pct(d[key])] for d in rows])]
+def _eval_section(ev: dict[str, Any], images: dict[str, str], title: str, h: str = "##", suffix: str = "") -> list[str]:
+    """One evaluation: pass^k per domain, accuracy by gold calls, failures (image keys end in `suffix`)."""
+    block = ev["pass^k"]
+    ks = sorted({int(k) for b in [block["overall"], *block["domains"].values()] for k in b["pass^k"]})
+    rows = [[name, b["scenarios"], b["trials"], *[_pct(b["pass^k"].get(str(k))) for k in ks]]
+            for name, b in [("**overall**", block["overall"]), *sorted(block["domains"].items())]]
+    out = ["", f"{h} {title}", "",
+           f"model `{ev.get('model', '?')}`, suite {ev.get('suite', '?')}, split {ev.get('split', '?')}, "
+           f"k = {ev.get('k')}; {ev.get('trajectories')} trajectories, accuracy {_pct(ev.get('accuracy'))}; "
+           f"{block.get('excluded', 0)} trials failed by the user simulator or the environment left out of pass^k.",
+           "", _table(["domain", "scenarios", "trials", *[f"pass^{k}" for k in ks]], rows)]
+    if "passk" + suffix in images:
+        out += ["", f"![pass^k]({images['passk' + suffix]})"]
+    by = block["by_gold_calls"]
+    out += ["", f"{h}# Accuracy by number of gold tool calls", "",
+            _table(["gold calls", "trials", "accuracy"], [[n, by[n]["trials"], _pct(by[n]["accuracy"])]
+                                                          for n in sorted(by, key=int)])]
+    if "by_calls" + suffix in images:
+        out += ["", f"![accuracy vs calls]({images['by_calls' + suffix]})"]
+    out += ["", f"{h}# Failures", "", _table(["attribution", "trials"], sorted((ev.get("attribution") or {}).items())),
+            "", _table(["reason", "trials"], sorted((ev.get("reasons") or {}).items(), key=lambda kv: -kv[1]))]
+    agr = ev.get("tau2_agreement")
+    if agr:
+        out += ["", f"tau2's own evaluator agrees with our DB verdict on {agr['agree']} of {agr['cases']} "
+                    f"action sequences ({_pct(agr['agreement_rate'])})."]
+    return out
+
+
+def _comparison_section(evals: list[tuple[str, dict[str, Any]]], scenarios: list[Scenario],
+                        images: dict[str, str]) -> list[str]:
+    """Before/after: the same table for each evaluation, the scenarios they ran on, then each in detail."""
+    ks = sorted({int(k) for _, ev in evals for k in ev["pass^k"]["overall"]["pass^k"]})
+    rows = [[label, f"`{ev.get('model', '?')}`", ev.get("scenarios"), ev.get("trajectories"), _pct(ev.get("accuracy")),
+             *[_pct(ev["pass^k"]["overall"]["pass^k"].get(str(k))) for k in ks], ev.get("wall_s", "-")]
+            for label, ev in evals]
+    sets = [frozenset(ev.get("scenario_ids") or []) for _, ev in evals]
+    same = len(set(sets)) == 1 and bool(sets[0])
+    out = ["", "## Evaluation: before and after", "",
+           "Each model on the same held-out scenarios, k trials each; the simulated user never sees the gold "
+           "state (no goal check in evaluation).", "",
+           _table(["model", "name", "scenarios", "trials", "accuracy", *[f"pass^{k}" for k in ks], "wall s"], rows),
+           "", ("Both evaluations ran on the same scenarios." if same else
+                "The evaluations did not run on the same scenarios: compare with care."),
+           "", "### Scenarios used", "",
+           _table(["scenario", "domain", "read-only", "gold calls", "intent"],
+                  [[f"`{s.id}`", s.domain, s.read_only, len(s.gold_calls), s.intent[:100].replace("|", "/")]
+                   for s in scenarios])]
+    for i, (label, ev) in enumerate(evals):
+        out += _eval_section(ev, images, f"{label}: `{ev.get('model', '?')}`", h="###", suffix=f"_{i}")
     return out
 
 
 def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int], ev: dict[str, Any] | None = None,
                     images: dict[str, str] | None = None, bfcl: list[dict[str, Any]] | None = None,
-                    contamination: dict[str, Any] | None = None, quality: dict[str, Any] | None = None) -> str:
-    """The run report as markdown (image links relative to the report folder)."""
+                    contamination: dict[str, Any] | None = None, quality: dict[str, Any] | None = None,
+                    runs: list[dict[str, Any]] | None = None,
+                    evaluations: list[tuple[str, dict[str, Any]]] | None = None,
+                    scenarios: list[Scenario] | None = None) -> str:
+    """The run report as markdown (image links relative to the report folder). `evaluations`
+    (label, evaluation report) pairs and the `scenarios` they ran on make the before/after section."""
     images = images or {}
-    out = [f"# AgentScaler report: {run_id or 'workspace'}", "", "## Funnel", "",
-           _table(["stage", "count"], [[k, v] for k, v in counts.items()])]
+    out = [f"# AgentScaler report: {run_id or 'workspace'}", "", "## Funnel", "", funnel_markdown(counts, runs)]
     if "funnel" in images:
         out += ["", f"![funnel]({images['funnel']})"]
     out += ["", "## Domains", "", f"{len(sizes)} domains; tools per domain: "
@@ -207,30 +338,10 @@ def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int]
         out += ["", f"![domain sizes]({images['domain_sizes']})"]
     if quality and quality["domains"]:
         out += quality_markdown(quality)
+    if evaluations:
+        out += _comparison_section(evaluations, scenarios or [], images)
     if ev:
-        block = ev["pass^k"]
-        ks = sorted({int(k) for b in [block["overall"], *block["domains"].values()] for k in b["pass^k"]})
-        rows = [[name, b["scenarios"], b["trials"], *[_pct(b["pass^k"].get(str(k))) for k in ks]]
-                for name, b in [("**overall**", block["overall"]), *sorted(block["domains"].items())]]
-        out += ["", "## Evaluation", "",
-                f"model `{ev.get('model', '?')}`, suite {ev.get('suite', '?')}, split {ev.get('split', '?')}, "
-                f"k = {ev.get('k')}; {ev.get('trajectories')} trajectories, accuracy {_pct(ev.get('accuracy'))}; "
-                f"{block.get('excluded', 0)} trials failed by the user simulator or the environment left out of pass^k.",
-                "", _table(["domain", "scenarios", "trials", *[f"pass^{k}" for k in ks]], rows)]
-        if "passk" in images:
-            out += ["", f"![pass^k]({images['passk']})"]
-        by = block["by_gold_calls"]
-        out += ["", "### Accuracy by number of gold tool calls", "",
-                _table(["gold calls", "trials", "accuracy"], [[n, by[n]["trials"], _pct(by[n]["accuracy"])]
-                                                              for n in sorted(by, key=int)])]
-        if "by_calls" in images:
-            out += ["", f"![accuracy vs calls]({images['by_calls']})"]
-        out += ["", "### Failures", "", _table(["attribution", "trials"], sorted((ev.get("attribution") or {}).items())),
-                "", _table(["reason", "trials"], sorted((ev.get("reasons") or {}).items(), key=lambda kv: -kv[1]))]
-        agr = ev.get("tau2_agreement")
-        if agr:
-            out += ["", f"tau2's own evaluator agrees with our DB verdict on {agr['agree']} of {agr['cases']} "
-                        f"action sequences ({_pct(agr['agreement_rate'])})."]
+        out += _eval_section(ev, images, "Evaluation")
     if bfcl:
         out += ["", "## BFCL (AST matcher)", "",
                 _table(["category", "model", "tool choice", "items", "accuracy"],
@@ -370,24 +481,35 @@ def loop_sections(ws: Workspace, out_dir: Path, images: dict[str, str]) -> str:
     return ("\n" + "\n".join(out)) if out else ""
 
 
-def write_report(ws: Workspace, run_id: str | None = None) -> dict[str, Any]:
-    """Write reports/<run>/report.md, report.html and the PNGs; returns their paths and the markdown."""
+def write_report(ws: Workspace, run_id: str | None = None,
+                 evaluations: dict[str, str] | None = None) -> dict[str, Any]:
+    """Write reports/<run>/report.md, report.html and the PNGs; returns their paths and the markdown.
+
+    `evaluations`: {label: evaluation run id} (e.g. the demo's base and trained models) for the
+    before/after section, with the scenarios they ran on."""
     name = run_id or "workspace"
     out_dir = ws.reports_dir / name
     counts = funnel(ws, [run_id] if run_id else None)
+    runs = funnel_runs(ws, [run_id] if run_id else None)
     sizes = domain_sizes(ws)
     ev = load_eval(ws, run_id)
     images = {"funnel": plot_funnel(counts, out_dir / "funnel.png").name,
               "domain_sizes": plot_domain_sizes(sizes, out_dir / "domain_sizes.png").name}
-    if ev and ev["pass^k"]["overall"]["pass^k"]:
-        images["passk"] = plot_passk(ev, out_dir / "passk.png").name
-        images["by_calls"] = plot_by_calls(ev, out_dir / "accuracy_by_calls.png").name
+    evals = [(label, e) for label, rid in (evaluations or {}).items() if (e := load_eval(ws, rid)) is not None]
+    for suffix, e in [("", ev)] + [(f"_{i}", e) for i, (_, e) in enumerate(evals)]:
+        if e and e["pass^k"]["overall"]["pass^k"]:
+            images["passk" + suffix] = plot_passk(e, out_dir / f"passk{suffix}.png").name
+            images["by_calls" + suffix] = plot_by_calls(e, out_dir / f"accuracy_by_calls{suffix}.png").name
+    used = sorted({sid for _, e in evals for sid in e.get("scenario_ids") or []})
+    scenarios = [s for s in load_scenarios(ws) if s.id in set(used)] if used else []
     bfcl = [json.loads(p.read_text("utf-8")) for p in sorted(ws.reports_dir.glob("bfcl-*.json"))]
     cont_path = contamination_path(ws)
     cont = json.loads(cont_path.read_text("utf-8")) if cont_path.exists() else None
-    md = report_markdown(run_id, counts, sizes, ev, images, bfcl, cont, quality_summary(ws))
+    md = report_markdown(run_id, counts, sizes, ev, images, bfcl, cont, quality=quality_summary(ws), runs=runs,
+                         evaluations=evals, scenarios=scenarios)
     md += loop_sections(ws, out_dir, images)
     atomic_write_text(out_dir / "report.md", md)
     atomic_write_text(out_dir / "report.html", markdown_to_html(md, f"AgentScaler report {name}"))
     return {"dir": str(out_dir), "markdown": str(out_dir / "report.md"), "html": str(out_dir / "report.html"),
-            "images": {k: str(out_dir / v) for k, v in images.items()}, "funnel": counts, "has_eval": ev is not None}
+            "images": {k: str(out_dir / v) for k, v in images.items()}, "funnel": counts, "runs": runs,
+            "has_eval": ev is not None or bool(evals), "evaluations": {label: e["run_id"] for label, e in evals}}

@@ -14,7 +14,6 @@ n_stop_refused, n_turn_retries, n_sandbox_errors, n_step_limit...), which the ve
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -26,15 +25,9 @@ from agentscaler.hashing import content_hash
 from agentscaler.llm import LLMClient, LLMError
 from agentscaler.models import Scenario, Trajectory
 from tasks.rollouts.agent import agent_turn
-from tasks.rollouts.users import UserTurn, last_agent_text, read_goal_values, reply_has_values
+from tasks.rollouts.users import UserTurn, announces_action, last_agent_text, read_goal_values, reply_has_values
 
 END_REASONS = ("user_stop", "turn_limit", "fatal_error")
-
-_ANNOUNCE_RE = re.compile(
-    r"\b(i will|i'll|i am going to|i'm going to|let me|i am now|i'm now|i'm (?:placing|cancell?ing|updating|processing|"
-    r"changing|booking|creating|deleting)|i am (?:placing|cancell?ing|updating|processing|changing|booking|creating|"
-    r"deleting)|one moment|please wait|hold on|proceeding (?:to|with))\b", re.IGNORECASE)
-
 
 class RolloutConfig(BaseModel):
     """Everything that shapes a conversation (the run id hashes it, so a re-run resumes)."""
@@ -49,6 +42,10 @@ class RolloutConfig(BaseModel):
     max_tokens: int = 512
     user_max_tokens: int = 200
     patience: int = Field(8, ge=1)  # the scripted user's own limit
+    # The scripted user may end the conversation the moment the state reaches the gold state (or the
+    # reply holds the gold outputs): a shortcut for collecting training data only. Evaluation turns
+    # it off (tasks.evaluation.evaluate): no tau2 user knows the gold state, so neither may ours.
+    goal_check: bool = True
     turn_retries: int = Field(3, ge=0)  # after LLMClient's own retries are spent
     retry_wait: float = 1.0
     max_stop_refusals: int = 2
@@ -64,10 +61,6 @@ def sampling_temperature(trials: int, temperature: float | None = None) -> float
 
 def trajectory_id(run_id: str, scenario_id: str, trial: int) -> str:
     return content_hash({"run": run_id, "scenario": scenario_id, "trial": trial})
-
-
-def announces_action(text: str | None) -> bool:
-    return bool(text) and bool(_ANNOUNCE_RE.search(text or ""))
 
 
 def pending_write(messages: list[dict[str, Any]]) -> bool:
@@ -112,7 +105,8 @@ async def run_conversation(scenario: Scenario, trial: int, run_id: str, client: 
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     started, t0 = time.time(), time.perf_counter()
     end_reason, error = "turn_limit", None
-    goal_values = read_goal_values(scenario) if scenario.read_only else []
+    goal_check = cfg.goal_check and user.needs_goal_check
+    goal_values = read_goal_values(scenario) if goal_check and scenario.read_only else []
     refused_at = -1
 
     def add_user(turn: UserTurn) -> None:
@@ -122,7 +116,7 @@ async def run_conversation(scenario: Scenario, trial: int, run_id: str, client: 
         times["user_llm_s"] += turn.latency_s
 
     async def goal_reached() -> bool:
-        if not user.needs_goal_check:
+        if not goal_check:
             return False
         if scenario.read_only:
             return reply_has_values(last_agent_text(messages), goal_values) or (

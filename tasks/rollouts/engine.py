@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from agentscaler import progress
 from agentscaler.artifacts import load_scenarios
 from agentscaler.hashing import content_hash
 from agentscaler.llm import LLMClient
@@ -144,7 +145,7 @@ async def rollout_async(ws: Workspace, scenarios: list[Scenario], run_id: str, c
                 traj = None
                 try:
                     await blocking(executor, env.reset, s)
-                    user = (ScriptedUser(s, cfg.patience) if cfg.user == "scripted"
+                    user = (ScriptedUser(s, cfg.patience, goal_check=cfg.goal_check) if cfg.user == "scripted"
                             else LLMUser(s, user_client or client, k, cfg.user_temperature, cfg.user_max_tokens))
                     tools, system = setup[s.domain]
                     traj = await run_conversation(s, k, run_id, client, env, user, cfg, tools, system, executor)
@@ -166,8 +167,16 @@ async def rollout_async(ws: Workspace, scenarios: list[Scenario], run_id: str, c
         samples: list[float] = []
         stop = asyncio.Event()
         sampler = asyncio.create_task(_sample_slots(client, samples, stop))
+
+        async def counted(s: Scenario, k: int, bar: progress.Stage) -> None:
+            try:
+                await one(s, k)
+            finally:
+                bar.advance(note=s.domain)
+
         try:
-            await asyncio.gather(*(one(s, k) for s, k in jobs))
+            with progress.stage("conversations", total=len(jobs), unit="conversations") as bar:
+                await asyncio.gather(*(counted(s, k, bar) for s, k in jobs))
         finally:
             stop.set()
             await sampler

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from agentscaler.artifacts import TRAJECTORIES, load_scenarios
-from agentscaler.models import Scenario, Trajectory
+from agentscaler.models import GOLD_REPLAY, Scenario, Trajectory
 from agentscaler.workspace import Workspace, atomic_write_text
 from envs.episode import Environment
 from envs.spec import DomainSpec
@@ -22,7 +22,7 @@ from tasks.rollouts.agent import agent_system_prompt
 from tasks.rollouts.conversation import trajectory_id
 from tasks.rollouts.users import STOP
 
-GOLD_AGENT = "gold-replay"
+GOLD_AGENT = GOLD_REPLAY  # the label (agentscaler.models.Trajectory.origin reads it)
 
 
 def gold_trajectory(scenario: Scenario, env: Any, tools: list[dict[str, Any]], system: str, run_id: str,

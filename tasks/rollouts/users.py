@@ -4,9 +4,14 @@ The user never sees the tools or tool results, only the agent's text. A user end
 conversation by sending STOP (`###STOP###`). The rollout engine may refuse a stop once when
 the agent has announced an action it has not performed yet (see tasks.rollouts.engine).
 
-ScriptedUser: states the intent, answers the agent's questions from `user_facts`, stops when the
-goal is reached (the engine passes `goal_reached`: state hash == gold hash for write scenarios, or
-the agent's reply holds the gold outputs' key values for read-only ones) or after `patience` turns.
+ScriptedUser: states the intent, answers the agent's questions from `user_facts`, and stops after
+`patience` turns or when it judges the task done. How it judges depends on `goal_check`:
+- training rollouts (goal_check=True): the engine passes `goal_reached` (state hash == gold hash
+  for write scenarios, or the agent's reply holds the gold outputs' key values for read-only ones),
+  a shortcut that keeps data collection cheap;
+- evaluation (goal_check=False, forced by tasks.evaluation.evaluate): the user never sees the gold
+  state, like tau2's users; it stops when the agent, having used a tool, answers with a statement
+  (no question, no announced action still to come). Evaluation numbers are measured this way.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ from agentscaler.llm import LLMClient
 from agentscaler.models import Scenario
 
 STOP = "###STOP###"
+_ANNOUNCE_RE = re.compile(
+    r"\b(i will|i'll|i am going to|i'm going to|let me|i am now|i'm now|i'm (?:placing|cancell?ing|updating|processing|"
+    r"changing|booking|creating|deleting)|i am (?:placing|cancell?ing|updating|processing|changing|booking|creating|"
+    r"deleting)|one moment|please wait|hold on|proceeding (?:to|with))\b", re.IGNORECASE)
 NUDGE = "Please go ahead and do that now; I'll wait."
 GREETING = "Hi! How can I help you today?"
 
@@ -120,15 +129,29 @@ def last_agent_text(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
+def announces_action(text: str | None) -> bool:
+    """The agent says it is about to act ("I'll cancel it now", "one moment")."""
+    return bool(text) and bool(_ANNOUNCE_RE.search(text or ""))
+
+
+def agent_says_done(messages: list[dict[str, Any]]) -> bool:
+    """The agent has used a tool and its last reply is a statement: no question, no action announced."""
+    text = last_agent_text(messages)
+    if not text.strip() or "?" in text or announces_action(text):
+        return False
+    return any(m.get("role") == "tool" for m in messages)
+
+
 class ScriptedUser:
     """Embedded default user, no LLM: deterministic, cheap, and fair about the facts it holds."""
 
     kind = "scripted"
     needs_goal_check = True
 
-    def __init__(self, scenario: Scenario, patience: int = 8):
+    def __init__(self, scenario: Scenario, patience: int = 8, goal_check: bool = True):
         self.scenario = scenario
         self.patience = patience
+        self.goal_check = goal_check
         self.turns = 0
         intent = _words(scenario.intent)
         self.revealed = {k for k, v in scenario.user_facts.items() if _fmt(v).lower() in intent}
@@ -139,7 +162,7 @@ class ScriptedUser:
 
     async def respond(self, messages: list[dict[str, Any]], goal_reached: bool = False) -> UserTurn:
         self.turns += 1
-        if goal_reached:
+        if (goal_reached and self.goal_check) or (not self.goal_check and agent_says_done(messages)):
             return UserTurn(f"Thank you, that's all I needed. {STOP}", True)
         if self.turns > self.patience:
             return UserTurn(f"I have to go now. {STOP}", True)

@@ -27,8 +27,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agentscaler import progress
 from agentscaler.artifacts import SCENARIOS
 from agentscaler.catalog import Catalog
+from agentscaler.errors import error_text, tag_stage
 from agentscaler.hashing import content_hash
 from agentscaler.models import GoldCall, Scenario
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl, file_lock
@@ -231,7 +233,8 @@ def _build_scenarios(ws_or_domain_dir: Workspace | Path | str, domain_id: str, p
                                       "env_hash": env_hash, "file_hash": fh, "report": report})
     except Exception as exc:
         if catalog is not None:
-            catalog.mark(domain_id, STAGE, "failed", error=f"{type(exc).__name__}: {exc}")
+            catalog.mark(domain_id, STAGE, "failed", error=error_text(exc))
+        tag_stage(exc, STAGE)
         raise
     if catalog is not None:
         catalog.mark(domain_id, STAGE, "done", artifact=fh)
@@ -246,11 +249,14 @@ def build_all(ws: Workspace, domain_ids: list[str] | None = None, **kwargs: Any)
     """Every finished domain in turn; one failing domain is recorded and never stops the rest."""
     reports: list[dict[str, Any]] = []
     failed: dict[str, str] = {}
-    for d in domain_ids if domain_ids is not None else ws.domain_ids():
-        try:
-            reports.append(build_scenarios(ws, d, **kwargs))
-        except Exception as exc:  # noqa: BLE001 - recorded in the catalog by build_scenarios
-            failed[d] = f"{type(exc).__name__}: {exc}"[:500]
+    ids = domain_ids if domain_ids is not None else ws.domain_ids()
+    with progress.stage("scenarios", total=len(ids), unit="domains") as bar:
+        for d in ids:
+            try:
+                reports.append(build_scenarios(ws, d, **kwargs))
+            except Exception as exc:  # noqa: BLE001 - recorded in the catalog by build_scenarios
+                failed[d] = f"{type(exc).__name__}: {exc}"[:500]
+            bar.advance(note=d)
     dropped: Counter = Counter()
     for r in reports:
         dropped.update(r.get("dropped", {}))

@@ -13,10 +13,11 @@ Why each step:
 
 - trajectories of held-out scenarios (evaluation runs live in the same workspace) and of
   scenarios flagged by the contamination check (`agentscaler contamination`) stay out, counted by
-  reason: `export_sft` reads both itself, so no caller can skip them;
-- every row keeps its origin (`origin`: the trajectory's agent_model, `gold-replay` for
-  demonstrations replayed from gold calls, the model's name for agent experience) and the report
-  counts rows per origin, so demonstrations and experience are never mixed up in a count;
+  reason: `export_sft` reads both itself, so no caller can skip them; it refuses a workspace whose
+  current scenarios were never screened (every flow screens before it exports);
+- every row keeps its origin (`origin`: "agent" or "gold-replay", and `agent_model`: the model's
+  name, `gold-replay` for demonstrations replayed from gold calls) and the report counts rows per
+  origin, so demonstrations and experience are never mixed up in the data or in a count;
 - `session_length` (optional) joins conversations of one domain and one origin into sessions of up
   to that many tokens: the domain's system prompt and tool schemas (most of a row's tokens: ~2-3k
   of ~3k) come once, followed by several user requests each handled to the end. On a CPU this
@@ -42,7 +43,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from agentscaler.artifacts import contaminated_ids, load_scenarios, read_trajectories, trajectory_files
+from agentscaler.artifacts import contaminated_ids, load_scenarios, read_trajectories, trajectory_files, unscreened
 from agentscaler.hashing import content_hash
 from agentscaler.models import Trajectory
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
@@ -53,6 +54,10 @@ ROLES = ("system", "user", "assistant", "tool")
 DEFAULT_MAX_LENGTH = 2048
 DEFAULT_EVAL_FRACTION = 0.1
 MAX_ERRORS = 50
+
+
+class UnscreenedError(RuntimeError):
+    """The workspace's scenarios were not screened for contamination (or changed since): no export."""
 
 
 class RowError(ValueError):
@@ -149,8 +154,9 @@ def row_from_trajectory(traj: Trajectory) -> dict[str, Any]:
             raise RowError("malformed_tool_schema", f"tools[{k}] is not an OpenAI function schema")
     tools_json = json.dumps(tools, ensure_ascii=False, sort_keys=True)
     return {"id": content_hash({"messages": messages, "tools": tools}), "trajectory_id": traj.id,
-            "scenario_id": traj.scenario_id, "domain": traj.domain, "messages": messages, "tools": tools_json,
-            "origin": traj.agent_model or "unknown", "trajectory_ids": [traj.id], "conversations": 1}
+            "scenario_id": traj.scenario_id, "domain": traj.domain, "origin": traj.origin,
+            "agent_model": traj.agent_model, "messages": messages, "tools": tools_json,
+            "trajectory_ids": [traj.id], "conversations": 1}
 
 
 def count_tokens(tokenizer: Any, row: dict[str, Any]) -> int:
@@ -170,7 +176,7 @@ def join_sessions(rows: list[dict], tokenizer: Any, session_length: int) -> list
     groups: dict[tuple[str, str, str, str], list[dict]] = {}
     for r in rows:
         system = r["messages"][0]["content"] if r["messages"] and r["messages"][0]["role"] == "system" else ""
-        groups.setdefault((r["domain"], r["origin"], r["tools"], system), []).append(r)
+        groups.setdefault((r["domain"], r["origin"], r["agent_model"] or "", r["tools"], system), []).append(r)
     out: list[dict] = []
 
     def close(cur: dict | None) -> None:
@@ -178,7 +184,7 @@ def join_sessions(rows: list[dict], tokenizer: Any, session_length: int) -> list
             cur["id"] = content_hash({"messages": cur["messages"], "tools": cur["tools"]})
             out.append(cur)
 
-    for (_, _, _, system), group in sorted(groups.items()):
+    for (_, _, _, _, system), group in sorted(groups.items()):
         cur: dict | None = None
         for r in sorted(group, key=lambda x: x["id"]):
             if cur is not None and system:
@@ -272,6 +278,8 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
               "kept": {f"stage{s}": {k: len(v) for k, v in sp.items()} for s, sp in splits.items()},
               "conversations_by_origin": conversations, "session_length": session_length,
               "outside_domains": outside, "domains": sorted(keep_domains) if keep_domains is not None else None,
+              "kept_by_origin": {f"stage{s}": dict(Counter(r["origin"] for v in sp.values() for r in v))
+                                 for s, sp in splits.items()},
               "dropped": dict(sorted(dropped.items())), "errors": errors, "max_length": max_length}
     return splits, report
 
@@ -287,9 +295,10 @@ def _features():
     msg = {"role": Value("string"), "content": Value("string"), "tool_calls": List(Json()),
            "tool_call_id": Value("string"), "name": Value("string")}
     return Features({"id": Value("string"), "trajectory_id": Value("string"), "scenario_id": Value("string"),
-                     "domain": Value("string"), "stage": Value("int32"), "n_tokens": Value("int32"),
-                     "messages": List(msg), "tools": Value("string"), "origin": Value("string"),
-                     "trajectory_ids": List(Value("string")), "conversations": Value("int32")})
+                     "domain": Value("string"), "origin": Value("string"), "agent_model": Value("string"),
+                     "stage": Value("int32"), "n_tokens": Value("int32"), "messages": List(msg),
+                     "tools": Value("string"), "trajectory_ids": List(Value("string")),
+                     "conversations": Value("int32")})
 
 
 def _to_dataset(rows: list[dict]):
@@ -319,7 +328,7 @@ def write_stage(out_dir: Path, split_rows: dict[str, list[dict]], report: dict[s
     from datasets.utils.logging import disable_progress_bar
 
     disable_progress_bar()
-    digest = content_hash({k: [r["id"] for r in v] for k, v in split_rows.items()})
+    digest = content_hash({k: [[r["id"], r["origin"]] for r in v] for k, v in split_rows.items()})
     stage_report = {**report, "content_hash": digest,
                     "rows": {k: len(v) for k, v in split_rows.items()},
                     "rows_by_origin": {k: _by_origin(v) for k, v in split_rows.items()},
@@ -362,7 +371,12 @@ def export_sft(ws: Workspace, tokenizer: Any | None = None, stages: tuple[int, .
 
     `max_length` defaults to the stage configs' (the smallest of `stages`), so export and training
     filter the same way (a session is at most min(max_length, session_length) tokens, so training
-    keeps every session). Held-out and contaminated scenarios are always left out (excluded_scenarios)."""
+    keeps every session). Held-out and contaminated scenarios are always left out (excluded_scenarios),
+    and a workspace whose current scenarios were not screened is refused (UnscreenedError)."""
+    why = unscreened(ws)
+    if why is not None:
+        raise UnscreenedError(f"{ws.root}: {why}; run `agentscaler contamination` before exporting "
+                              "(the pipeline, the demo and the train-sft flow run it themselves)")
     if max_length is None:
         max_length = min(load_config(default_config_path(s)).max_length for s in stages)
     if tokenizer is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -18,12 +19,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentscaler import progress
 from agentscaler.catalog import Catalog
 from agentscaler.workspace import Workspace
 from training.config import default_config_path, load_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ACCELERATE_DIR = REPO_ROOT / "training" / "accelerate"
+
+
+_STEP = re.compile(r"^progress: step (\d+)/(\d+)$")  # training.sft.PROGRESS, one line per optimizer step
 
 
 class TrainingFailed(RuntimeError):
@@ -71,7 +76,7 @@ def train_stage(ws: Workspace, stage: int, config: Path | None = None, max_steps
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     tail: list[str] = []
-    with open(log_path, "a", encoding="utf-8") as log:
+    with open(log_path, "a", encoding="utf-8") as log, progress.stage(f"train stage {stage}", unit="steps") as bar:
         log.write(f"$ {' '.join(cmd)}\n")
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, bufsize=1)
@@ -81,6 +86,9 @@ def train_stage(ws: Workspace, stage: int, config: Path | None = None, max_steps
                 log.write(line)
                 log.flush()
                 tail = (tail + [line.rstrip()])[-40:]
+                if (m := _STEP.match(line.strip())) is not None:
+                    bar.total = int(m[2])
+                    bar.advance(int(m[1]) - bar.done)
                 if on_line is not None:
                     on_line(line.rstrip())
             rc = proc.wait()

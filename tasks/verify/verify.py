@@ -520,7 +520,10 @@ def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int
                 break
             funnel[stage] += 1
     passed = sum(r["passed"] for r in results)
-    return {"trajectories": len(trajs), "passed": passed, "failed": len(trajs) - passed,
+    by_origin = {o: {"trajectories": sum(t.origin == o for t in trajs),
+                     "passed": sum(t.origin == o and t.verdict.passed for t in trajs)}
+                 for o in sorted({t.origin for t in trajs})}  # agent experience vs gold replays, never mixed
+    return {"trajectories": len(trajs), "passed": passed, "failed": len(trajs) - passed, "by_origin": by_origin,
             "pass_rate": round(passed / len(trajs), 6) if trajs else None,
             "reasons": {r: reasons.get(r, 0) for r in REASONS} | ({"unknown_scenario": missing} if missing else {}),
             "funnel": {"total": len(trajs), **{stage: funnel.get(stage, 0) for stage, _ in FUNNEL}},

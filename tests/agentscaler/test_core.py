@@ -152,3 +152,31 @@ def test_new_catalog_opened_by_many_processes_at_once(tmp_path: Path):
         p.join(60)
         assert p.exitcode == 0
     assert Catalog(Path(path)).stage_status("d", "synthesize")["attempts"] == 4
+
+
+def test_a_failure_says_stage_type_location_and_whose_fault():
+    """Issue 23: a failed domain's summary tells an infrastructure failure from a bad domain."""
+    from agentscaler.errors import DeterministicError, error_text, failure, tag_stage
+
+    def bad_domain():
+        raise DeterministicError("domain dx: no tool executes")
+
+    def interpreter():
+        import json
+
+        json.loads("{")  # raised inside the standard library, called from here
+
+    for fn, kind in ((bad_domain, "domain"), (interpreter, "infrastructure")):
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001
+            tag_stage(exc, "synthesize")
+            tag_stage(exc, "orchestration")  # the innermost stage wins
+            f, text = failure(exc), error_text(exc)
+        assert f["stage"] == "synthesize" and f["kind"] == kind
+        assert f["our_code"].startswith("tests/agentscaler/test_core.py:")
+        if kind == "domain":
+            assert f["where"] == f["our_code"] and f["type"] == "DeterministicError"
+        else:
+            assert f["where"].startswith("python3.11/json/") and f["type"] == "JSONDecodeError"
+            assert f"(at {f['where']}, from {f['our_code']})" in text

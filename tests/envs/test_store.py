@@ -95,3 +95,17 @@ def test_wal_seed_loads_into_memory(tmp_path):
     conn.execute("UPDATE users SET balance = 0")
     conn.execute("COMMIT")
     assert conn.execute("SELECT sum(balance) FROM users").fetchone()[0] == 0
+
+
+def test_sql_keywords_as_names_build(tmp_path):
+    """Corpus names become tables and columns; SQLite's `returning` (and `order`, `select`) must be
+    quoted in the DDL (the 30k-tool build of issue 23 lost a domain to `near "returning"`)."""
+    from envs.spec import ColumnSpec, DomainSpec, TableSpec
+
+    spec = DomainSpec(id="dkw", name="keywords", tools=[], tables=[TableSpec(
+        name="order", primary_key=["select"],
+        columns=[ColumnSpec(name="select", type="text"), ColumnSpec(name="returning", type="integer"),
+                 ColumnSpec(name="group", type="real")])])
+    path = build_seed(spec, {"order": [{"select": "s1", "returning": 1, "group": 2.5}]}, tmp_path / "seed.sqlite")
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    assert conn.execute('SELECT "returning", "group" FROM "order"').fetchall() == [(1, 2.5)]

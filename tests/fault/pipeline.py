@@ -37,6 +37,7 @@ def run_pipeline(ws_root: Path | str, llm_url: str, stage_log: Path | str | None
     from tasks.rollouts.conversation import RolloutConfig
     from tasks.rollouts.engine import run_rollouts
     from tasks.scenarios.build import build_all
+    from tasks.evaluation.contamination import check_contamination
     from tasks.sft.export import export_sft
     from tasks.verify.verify import verify_run
 
@@ -82,6 +83,7 @@ def run_pipeline(ws_root: Path | str, llm_url: str, stage_log: Path | str | None
         mark("finished")
         return out
     mark("export")
+    check_contamination(ws, sources=("tau2",))  # every flow screens before it exports (cached by content)
     out["export"] = export_sft(ws, eval_fraction=0.0)
     mark("finished")
     return out

@@ -74,6 +74,7 @@ def test_rollout_verify_export_under_random_faults_keep_malformed_output_out(cle
     from agentscaler.workspace import Workspace
     from tasks.rollouts.conversation import RolloutConfig
     from tasks.rollouts.engine import run_rollouts
+    from tasks.evaluation.contamination import check_contamination
     from tasks.sft.export import export_sft
     from tasks.verify.verify import verify_run
 
@@ -94,6 +95,7 @@ def test_rollout_verify_export_under_random_faults_keep_malformed_output_out(cle
         assert t["end_reason"] != "fatal_error" or t["error"].startswith(("llm:", "environment:"))
     vrep = verify_run(ws, "rfaults")
     hit = [t for t in trajs if t["tokens"].get("n_format_errors")]
+    check_contamination(ws, sources=("tau2",))  # the export refuses unscreened scenarios
     exp = export_sft(ws, run_ids=["rfaults"], eval_fraction=0.0)
     rows = pd.concat([pd.read_parquet(ws.sft_dir / "stage1" / f"{s}.parquet") for s in ("train", "eval")])
     assert len(rows) == exp["kept"]["stage1"]["train"] + exp["kept"]["stage1"]["eval"] > 0

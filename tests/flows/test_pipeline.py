@@ -41,10 +41,25 @@ def test_pipeline_end_to_end(tmp_path: Path, prefect_harness):
     # The oracle replays gold calls, so the verifier must accept (nearly) all of its trajectories.
     assert funnel["verified"] >= 0.8 * funnel["trajectories"]
     assert funnel["sft_rows"] > 0
-    assert summary["failed"] == {}
+    assert summary["failed"] == {} and summary["failures"] == {}
+    # origins and runs kept apart: the oracle is agent experience; the evaluation is not in the chain
+    assert funnel["trajectories_agent"] == funnel["trajectories"] and funnel["trajectories_gold_replay"] == 0
+    assert funnel["sft_rows_agent"] == funnel["sft_rows"]
+    assert {r["kind"] for r in summary["funnel_runs"]} == {"collection"}
+    # the train flow screened the scenarios before it exported (cached by content)
+    assert summary["train"]["contamination"]["scenarios"] == funnel["scenarios"]
     st1 = summary["train"]["train"]["stage1"]
     assert st1["global_step"] == 2 and st1["loss_finite"]
     assert "pass^k" in summary["evaluate"]
+    # the report holds the evaluation with the scenarios it ran on
+    from tasks.evaluation.report import write_report
+
+    rid = summary["evaluate"]["run_id"]
+    rep = write_report(ws, None, {"before: base model": rid})
+    md = Path(rep["markdown"]).read_text()
+    assert "## Evaluation: before and after" in md and rep["evaluations"] == {"before: base model": rid}
+    used = json.loads((ws.reports_dir / f"eval-{rid}.json").read_text())["scenario_ids"]
+    assert used and all(f"| `{sid}` |" in md for sid in used)
     # Every stage left its status in the catalog; the run itself is recorded as done.
     catalog = Catalog(ws.catalog_path)
     assert catalog.domain_summary()["counts"].get("failed", 0) == 0

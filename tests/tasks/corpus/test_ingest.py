@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
+from agentscaler import progress
 from agentscaler.artifacts import load_tools
 from agentscaler.models import NAME_RE
 from agentscaler.schemas import SchemaChecker
@@ -48,6 +50,18 @@ def test_ingest_fixtures_end_to_end(tmp_path):
     by = {t.source_name: t for t in tools}
     assert by["math.factorial"].name == "math_factorial" and by["send-email"].name == "send_email"
     assert by["cancel_order"].kind == "write" and by["cancel_order"].category == "shop"
+
+
+def test_ingest_reports_files_read_and_tools_checked(tmp_path):
+    """A large corpus takes minutes to read (30k tools: 104 s on the loaded machine): both passes
+    count (issue 17 §2)."""
+    buf = io.StringIO()
+    with progress.show(stream=buf, every=0.0001, live=False):
+        report = ingest(Workspace(tmp_path / "ws"), GOOD)
+    finished = [line for line in buf.getvalue().splitlines() if "done in" in line]
+    files, checked = report["files"]["read"], report["accepted"] + sum(report["rejected"].values())
+    assert any(line.startswith(f"read corpus: {files}/{files} files (100%)") for line in finished), finished
+    assert any(line.startswith(f"check tools: {checked}/{checked} tools (100%)") for line in finished), finished
 
 
 def test_reingest_merges_without_duplicates(tmp_path):

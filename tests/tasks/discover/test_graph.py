@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 
+from agentscaler import progress
 from agentscaler.models import Tool
 from tasks.discover.embed import embed_tools
 from tasks.discover.graph import (build_graph, dataflow_edges, input_keys, load_graph, output_keys, save_graph,
@@ -99,3 +102,14 @@ def test_graph_kinds_weights_and_round_trip(tmp_path):
 def test_empty_graph_saves(tmp_path):
     g = build_graph([], np.zeros((0, 384), np.float32), threshold=0.5)
     assert save_graph(g, tmp_path) == {"nodes": 0, "edges": 0, "similar": 0, "dataflow": 0}
+
+
+def test_the_similarity_pass_reports_its_progress():
+    """The tool graph is the longest discover step on a large corpus (minutes for 30k tools on a
+    loaded machine): it counts tools done, so a log shows it moving (issue 17 §2)."""
+    vecs = np.random.default_rng(0).standard_normal((3000, 16)).astype(np.float32)
+    buf = io.StringIO()
+    with progress.show(stream=buf, every=0.0001, live=False):
+        similarity_edges(vecs, 0.5, top_k=5, block=100)
+    lines = buf.getvalue().splitlines()
+    assert lines[-1].startswith("similar tools: 3000/3000 tools (100%)") and "done in" in lines[-1], lines

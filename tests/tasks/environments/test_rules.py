@@ -7,6 +7,7 @@ import ast
 
 from agentscaler.models import Tool
 from agentscaler.schemas import is_valid
+from envs.store import build_seed
 from tasks.environments.verbs import classify
 from tasks.environments.rules import synthesize_rules
 
@@ -138,3 +139,17 @@ def test_id_lists_in_seed_point_to_existing_rows_and_noun_before_verb():
     for r in syn.rows["orders"]:
         assert r["new_item_ids"] and set(r["new_item_ids"]) <= items
     assert syn.spec.report["plans"]["todo_delete"]["entity"] == "todo"
+
+
+def test_a_numeric_status_parameter_is_a_plain_numeric_column(tmp_path):
+    """A corpus tool whose `status` parameter is a number: the seed holds numbers there, not the
+    lifecycle words (the 30k-tool build of issue 23 lost a domain to `could not convert 'active' to float`)."""
+    tools = [T("create_vienna", {"vienna_id": {"type": "string"}, "status": {"type": "number"},
+                                 "name": {"type": "string"}}, ["vienna_id"]),
+             T("get_vienna", {"vienna_id": {"type": "string"}}, ["vienna_id"]),
+             T("cancel_vienna", {"vienna_id": {"type": "string"}}, ["vienna_id"])]
+    syn = synthesize_rules("dnum", tools, seed=1)
+    (table,) = [t for t in syn.spec.tables if any(c.name == "status" for c in t.columns)]
+    assert next(c.type for c in table.columns if c.name == "status") == "real"
+    assert all(isinstance(r["status"], (int, float)) for r in syn.rows[table.name])
+    build_seed(syn.spec, syn.rows, tmp_path / "seed.sqlite")  # SQLAlchemy's Float accepts every value

@@ -49,3 +49,44 @@ def test_check_writes_flags_and_export_filter(tmp_path):
     assert contaminated_ids(ws) == {"copy_intent", "copy_calls"}
     strict = check_contamination(ws, sources=("tau2",), intent_threshold=1.01)
     assert strict["flagged"] == 1  # threshold is configurable: only the exact call copy is left
+
+
+def test_check_is_cached_by_content_and_the_export_refuses_unscreened_scenarios(tmp_path):
+    """The check is skipped when it already screened the same scenarios with the same settings; the
+    export refuses a workspace that was never screened, or whose scenarios changed since, and names
+    the command to run."""
+    import pytest
+
+    from agentscaler.artifacts import unscreened
+    from tasks.sft.export import UnscreenedError, export_sft
+
+    ws = Workspace(tmp_path / "ws")
+    d = ws.domain_dir("dtest")
+    d.mkdir(parents=True)
+    (d / "spec.json").write_text("{}")
+    atomic_write_jsonl(d / "scenarios.jsonl", [s.model_dump() for s in _cases()])
+    with pytest.raises(UnscreenedError, match="never screened.*`agentscaler contamination`"):
+        export_sft(ws, tokenizer=object())
+    first = check_contamination(ws, sources=("tau2",))
+    assert first["skipped"] is False and unscreened(ws) is None
+    again = check_contamination(ws, sources=("tau2",))
+    assert again["skipped"] is True and again["flags"] == first["flags"]
+    assert check_contamination(ws, sources=("tau2",), calls_threshold=0.9)["skipped"] is False  # other settings
+
+    changed = _cases()
+    changed[2] = changed[2].model_copy(update={"intent": "Delete my cookbook."})  # same id, a new text to screen
+    atomic_write_jsonl(d / "scenarios.jsonl", [s.model_dump() for s in changed])
+    assert "changed since the last contamination check" in unscreened(ws)
+    with pytest.raises(UnscreenedError, match="changed since"):
+        export_sft(ws, tokenizer=object())
+    assert check_contamination(ws, sources=("tau2",))["skipped"] is False and unscreened(ws) is None
+
+
+def test_export_command_names_the_missing_check(tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    ws = Workspace(tmp_path / "ws")
+    res = CliRunner().invoke(app, ["export", "--json", "--workspace", str(ws.root)])
+    assert res.exit_code == 1 and "agentscaler contamination" in res.output and not res.stdout.startswith("{")

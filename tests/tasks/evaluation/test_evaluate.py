@@ -95,3 +95,50 @@ def test_evaluate_with_local_smollm2(ws: Workspace, local_llm):
                    cfg=RolloutConfig(unsafe=UNSAFE, max_turns=2, max_steps=2, max_tokens=128), concurrency=1)
     assert rep["trajectories"] == 1 and rep["verified"] == 1
     assert set(rep["pass^k"]["overall"]["pass^k"]) <= {"1"}
+
+
+def test_evaluation_users_never_see_the_gold_state(ws: Workspace):
+    """Training rollouts may let the scripted user stop at the gold state (a goal check); evaluation
+    may not: its users judge from the conversation alone. The oracle agent (scripted endpoint) still
+    passes, so the numbers are measured without that help, and the state is never hashed for it."""
+    from tasks.rollouts.engine import run_rollouts
+
+    cfg = RolloutConfig(unsafe=UNSAFE, max_turns=4)  # goal_check defaults to on: the caller cannot keep it
+    with scripted(ws, "oracle") as url:
+        rep = evaluate(ws, url, model="oracle-eval", k=1, split="all", cfg=cfg, concurrency=2)
+        train = run_rollouts(ws, url, model="oracle-train", split="all", cfg=cfg, run_id="with-goal-check",
+                             use_cache=False)
+    assert rep["user_goal_check"] is False and rep["passed"] == rep["trajectories"] > 0
+    run_cfg = json.loads((ws.rollout_dir(rep["run_id"]) / "run.json").read_text())["config"]
+    assert run_cfg["goal_check"] is False
+    evaluated = [Trajectory.model_validate_json(x) for x in
+                 (ws.rollout_dir(rep["run_id"]) / "trajectories.jsonl").read_text().splitlines()]
+    trained = [Trajectory.model_validate_json(x) for x in
+               (ws.rollout_dir(train["run_id"]) / "trajectories.jsonl").read_text().splitlines()]
+    assert all("goal_check_s" not in t.timings for t in evaluated)
+    assert any("goal_check_s" in t.timings for t in trained)  # write scenarios: the state was compared to gold
+    assert all(t.end_reason == "user_stop" for t in evaluated)
+
+
+def test_scripted_user_without_goal_check_judges_the_conversation():
+    import asyncio
+
+    from tasks.rollouts.users import STOP, ScriptedUser
+
+    s = Scenario(id="s", domain="d", read_only=False, intent="Cancel order o1.", gold_hash="g", seed_hash="s",
+                 gold_calls=[GoldCall(name="cancel_order", arguments={"order_id": "o1"})])
+    tool = [{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "cancel_order", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "{}"}]
+    asks = tool + [{"role": "assistant", "content": "Is there anything else?"}]
+    says = tool + [{"role": "assistant", "content": "Order o1 is cancelled."}]
+    announces = tool + [{"role": "assistant", "content": "I'll cancel it now."}]
+
+    def reply(user: ScriptedUser, messages: list, reached: bool) -> str:
+        return asyncio.run(user.respond(messages, goal_reached=reached)).text
+
+    blind = ScriptedUser(s, goal_check=False)
+    assert STOP not in reply(blind, asks, True)  # the gold state reached tells it nothing
+    assert STOP not in reply(blind, announces, False)
+    assert STOP in reply(blind, says, False)
+    sighted = ScriptedUser(s, goal_check=True)
+    assert STOP in reply(sighted, asks, True) and STOP not in reply(sighted, says, False)

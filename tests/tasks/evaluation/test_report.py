@@ -3,13 +3,15 @@ evaluation figures from hand-built verdicts (the test is about our report, not a
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agentscaler.artifacts import load_scenarios
-from agentscaler.models import Trajectory, Verdict
+from agentscaler.models import GOLD_REPLAY, Trajectory, Verdict
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl
 from tasks.evaluation.evaluate import eval_path, summarize
-from tasks.evaluation.report import funnel, report_markdown, write_report
+from tasks.evaluation.report import funnel, funnel_markdown, funnel_runs, report_markdown, write_report
 from tasks.scenarios.build import build_scenarios
 from tests.conftest import load_shop_builder
 
@@ -33,12 +35,61 @@ def _run(ws: Workspace, run_id: str) -> None:
                                               "k": 3, **summarize(trajs, scenarios, 3)})
 
 
+def _training_run(ws: Workspace, run_id: str, agent_model: str, passed: int) -> int:
+    """A training run (no evaluation report) of one trajectory per scenario; the first `passed` pass."""
+    trajs = [Trajectory(id=f"{run_id}-{sid}", run_id=run_id, scenario_id=sid, domain="shop", messages=[],
+                        end_reason="user_stop", agent_model=agent_model,
+                        verdict=Verdict(passed=i < passed, attribution="none" if i < passed else "agent"))
+             for i, sid in enumerate(sorted(s.id for s in load_scenarios(ws)))]
+    atomic_write_jsonl(ws.rollout_dir(run_id) / "trajectories.jsonl", [t.model_dump() for t in trajs])
+    return len(trajs)
+
+
 def test_funnel_counts_workspace(ws: Workspace):
     _run(ws, "r1")
     c = funnel(ws, ["r1"])
     n = len(load_scenarios(ws))
-    assert c["environments"] == 1 and c["scenarios"] == n > 0
-    assert c["trajectories"] == 3 * n and 0 < c["verified"] < 3 * n and c["tools"] == 0 and c["sft_rows"] == 0
+    assert c["environments"] == 1 and c["scenarios"] == n > 0 and c["tools"] == 0 and c["sft_rows"] == 0
+    # r1 is an evaluation (it has reports/eval-r1.json): apart from the training chain
+    assert c["trajectories"] == c["verified"] == 0
+    assert c["evaluation_trajectories"] == 3 * n and 0 < c["evaluation_passed"] < 3 * n
+
+
+def test_funnel_keeps_origins_and_runs_apart(ws: Workspace):
+    """Agent rollouts, gold replays and an evaluation in one workspace: no count mixes them unlabelled."""
+    _run(ws, "eval1")
+    n = _training_run(ws, "collect1", "smollm2-135m", passed=1)
+    _training_run(ws, "gold-replay", GOLD_REPLAY, passed=n)
+    c = funnel(ws)
+    assert c["trajectories"] == 2 * n and (c["trajectories_agent"], c["trajectories_gold_replay"]) == (n, n)
+    assert (c["verified"], c["verified_agent"], c["verified_gold_replay"]) == (n + 1, 1, n)
+    assert c["evaluation_trajectories"] == 3 * n
+    runs = {r["run"]: r for r in funnel_runs(ws)}
+    assert {r: runs[r]["kind"] for r in runs} == {"eval1": "evaluation", "collect1": "collection",
+                                                  "gold-replay": "gold replay"}
+    assert runs["collect1"]["passed_agent"] == 1 and runs["gold-replay"]["passed_gold_replay"] == n
+    md = funnel_markdown(c, list(runs.values()))
+    assert f"| trajectories | {2 * n} | {n} | {n} |" in md and f"| verified | {n + 1} | 1 | {n} |" in md
+    assert "Evaluation runs (not training data" in md and "| `eval1` | evaluation |" in md
+
+
+def test_report_holds_before_and_after_with_the_scenarios(ws: Workspace):
+    """The demo's report: both evaluations side by side, on the scenarios they used, each in detail."""
+    _run(ws, "base")
+    _run(ws, "trained")
+    for rid in ("base", "trained"):  # what evaluate_run records
+        rep = json.loads(eval_path(ws, rid).read_text())
+        rep["scenario_ids"] = sorted(s.id for s in load_scenarios(ws))
+        atomic_write_json(eval_path(ws, rid), rep)
+    out = write_report(ws, None, {"before: base model": "base", "after: trained model": "trained"})
+    md = (ws.reports_dir / "workspace" / "report.md").read_text()
+    assert out["has_eval"] and out["evaluations"] == {"before: base model": "base", "after: trained model": "trained"}
+    assert "## Evaluation: before and after" in md and "Both evaluations ran on the same scenarios." in md
+    assert "| before: base model |" in md and "| after: trained model |" in md
+    for s in load_scenarios(ws):
+        assert f"| `{s.id}` | shop |" in md
+    assert "### before: base model" in md and "### after: trained model" in md
+    assert {"passk_0", "passk_1"} <= set(out["images"])
 
 
 def test_write_report_with_eval(ws: Workspace):
@@ -58,5 +109,5 @@ def test_report_without_eval_and_markdown_function(ws: Workspace):
     md = report_markdown("x", {"tools": 3, "domains": 1}, [3, 5], None,
                          bfcl=[{"category": "simple_python", "model": "m", "items": 8, "accuracy": 0.75}],
                          contamination={"flagged": 2, "scenarios": 9, "params": {"intent_threshold": 0.92}})
-    assert "| tools | 3 |" in md and "min 3, median 5, max 5" in md and "Evaluation" not in md
+    assert "| tools | 3 |" in md and "min 3, median 5, max 5" in md and "## Evaluation" not in md
     assert "| simple_python | m | auto | 8 | 75.0% |" in md and "2 of 9 scenarios flagged" in md

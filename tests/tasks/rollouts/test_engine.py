@@ -16,9 +16,9 @@ from agentscaler.artifacts import TRAJECTORIES
 from agentscaler.llm_server import free_port
 from agentscaler.models import Trajectory
 from agentscaler.workspace import Workspace, read_jsonl
-from tasks.rollouts.conversation import END_REASONS, RolloutConfig, announces_action, pending_write, trajectory_id
+from tasks.rollouts.conversation import END_REASONS, RolloutConfig, pending_write, trajectory_id
 from tasks.rollouts.engine import run_rollouts, select_scenarios
-from tasks.rollouts.users import NUDGE
+from tasks.rollouts.users import NUDGE, announces_action
 from tasks.rollouts.writer import TrajectoryWriter
 from tasks.scenarios.build import build_scenarios
 from tasks.verify.verify import verify_run

@@ -98,6 +98,7 @@ def test_export_itself_leaves_out_heldout_and_contaminated_scenarios(tokenizer, 
     """No caller can skip the exclusions: export_sft reads the scenarios' split and the contamination flags."""
     from agentscaler.models import Scenario
     from agentscaler.workspace import atomic_write_json, atomic_write_jsonl
+    from tasks.evaluation.contamination import check_contamination
     from tasks.sft.export import export_sft
     from tests.sft_fixtures import traj, write_rollouts
 
@@ -108,7 +109,9 @@ def test_export_itself_leaves_out_heldout_and_contaminated_scenarios(tokenizer, 
     atomic_write_jsonl(ws.domain_dir("dshop") / "scenarios.jsonl", [Scenario(
         id=held, domain="dshop", read_only=True, intent="x", gold_calls=[], gold_hash="h", seed_hash="h",
         split="heldout").model_dump(mode="json")])
-    atomic_write_json(ws.reports_dir / "contamination.json", {"flags": [{"scenario": flagged}]})
+    report = check_contamination(ws, sources=("tau2",))  # screened (nothing here is a benchmark copy) ...
+    report["flags"].append({"scenario": flagged})  # ... then one scenario flagged by hand
+    atomic_write_json(ws.reports_dir / "contamination.json", report)
     rep = export_sft(ws, tokenizer=tokenizer, max_length=1024)
     assert rep["dropped"]["heldout_scenario"] == 1 and rep["dropped"]["contaminated"] == 1
     assert rep["kept"]["stage1"]["train"] + rep["kept"]["stage1"]["eval"] == 10
@@ -146,19 +149,41 @@ def test_sessions_join_one_domain_and_origin_within_the_length(tokenizer, tmp_pa
             said = [m["content"] for m in r["messages"] if m["role"] == "assistant" and m["content"]]
             assert said == [m["content"] for b in members for m in b["messages"] if m["role"] == "assistant" and m["content"]]
     assert any(r["conversations"] > 1 for r in joined[1]["train"])
-    assert rep["conversations_by_origin"]["stage1"]["train"]["smollm2-135m"] + \
-        rep["conversations_by_origin"]["stage1"]["eval"].get("smollm2-135m", 0) == 2
+    assert rep["conversations_by_origin"]["stage1"]["train"].get("agent", 0) + \
+        rep["conversations_by_origin"]["stage1"]["eval"].get("agent", 0) == 2
 
 
 def test_domain_subset_and_out_dir(tokenizer, tmp_path):
+    from tasks.evaluation.contamination import check_contamination
     from tasks.sft.export import export_sft
     from tests.sft_fixtures import write_rollouts
 
     ws = Workspace(tmp_path / "ws")
     write_rollouts(ws)
+    check_contamination(ws, sources=("tau2",))  # the export refuses unscreened workspaces
     rep = export_sft(ws, tokenizer=tokenizer, max_length=1024, stages=(1,), domains=["dweather"],
                      out_dir=tmp_path / "subset")
     dd = load_from_disk(str(tmp_path / "subset" / "stage1" / "hf"))
     assert set(dd["train"]["domain"]) | set(dd["eval"]["domain"]) == {"dweather"}
     assert rep["outside_domains"] > 0 and rep["domains"] == ["dweather"] and not (ws.sft_dir / "stage1").exists()
-    assert rep["stages"]["stage1"]["rows_by_origin"]["train"] == {"unknown": rep["stages"]["stage1"]["rows"]["train"]}
+    assert rep["stages"]["stage1"]["rows_by_origin"]["train"] == {"agent": rep["stages"]["stage1"]["rows"]["train"]}
+
+
+def test_every_row_carries_its_origin(exported):
+    """Gold replays stay labelled from trajectory to SFT row to the counts (issue 17)."""
+    from tasks.evaluation.report import funnel
+
+    ws, report, _ = exported
+    assert report["kept_by_origin"]["stage2"] == {"gold-replay": 4}  # the tau2-airline demonstrations
+    assert set(report["kept_by_origin"]["stage1"]) == {"agent"}
+    for stage, origin in ((1, "agent"), (2, "gold-replay")):
+        dd = load_from_disk(str(ws.sft_dir / f"stage{stage}" / "hf"))
+        rows = list(dd["train"]) + list(dd["eval"])
+        assert {r["origin"] for r in rows} == {origin}
+        assert {r["agent_model"] for r in rows} == {"smollm2-135m" if origin == "agent" else "gold-replay"}
+        assert set(Dataset.from_parquet(str(ws.sft_dir / f"stage{stage}" / "train.parquet"))["origin"]) == {origin}
+        st = json.loads((ws.sft_dir / f"stage{stage}" / "report.json").read_text())
+        assert sum(n for split in st["rows_by_origin"].values() for n in split.values()) == len(rows)
+    c = funnel(ws)
+    assert c["sft_rows"] == c["sft_rows_agent"] + c["sft_rows_gold_replay"] and c["sft_rows_gold_replay"] == 4
+    assert c["trajectories_gold_replay"] == 4 and c["trajectories_agent"] == c["trajectories"] - 4

@@ -361,9 +361,11 @@ def test_domain_that_cannot_replay_fails_its_trajectories_not_the_run(ws: Worksp
 
 def test_verify_run_writes_files_and_embeds_verdicts(ws: Workspace, env: Environment) -> None:
     scen = load_scenarios(ws, "shop")
-    good = [gold(env, s).model_copy(update={"run_id": "vr", "id": trajectory_id("vr", s.id, 0)}) for s in scen]
+    good = [gold(env, s).model_copy(update={"run_id": "vr", "id": trajectory_id("vr", s.id, 0),
+                                            "agent_model": "gold-replay" if i == 0 else "m"})
+            for i, s in enumerate(scen)]
     bad = gold(env, scen[0]).model_copy(update={"run_id": "vr", "id": trajectory_id("vr", scen[0].id, 1), "trial": 1,
-                                                "end_reason": "turn_limit"})
+                                                "end_reason": "turn_limit", "agent_model": "m"})
     run = ws.rollout_dir("vr")
     run.mkdir(parents=True)
     lines = [t.model_dump_json() for t in good + [bad]] + ['{"id": "torn']
@@ -371,6 +373,8 @@ def test_verify_run_writes_files_and_embeds_verdicts(ws: Workspace, env: Environ
     rep = verify_run(ws, "vr")
     assert rep["trajectories"] == len(scen) + 1 and rep["passed"] == len(scen) and rep["unreadable"] == 1
     assert rep["reasons"]["turn_limit"] == 1 and rep["funnel"]["completed"] == len(scen)
+    assert rep["by_origin"] == {"agent": {"trajectories": len(scen), "passed": len(scen) - 1},
+                                "gold-replay": {"trajectories": 1, "passed": 1}}
     assert rep["replay"]["trajectories"] == len(scen) + 1
     assert rep["pass^k"]["overall"]["pass^k"]["1"] == pytest.approx((len(scen) - 0.5) / len(scen), abs=1e-6)
     verified = [json.loads(x) for x in (run / "verified.jsonl").read_text().splitlines()]
