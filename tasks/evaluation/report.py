@@ -268,6 +268,9 @@ def quality_markdown(q: dict[str, Any], worst: int = 10) -> list[str]:
         if rows:
             out += ["", f"Worst domains by {label}:", "",
                     _table(["domain", "name", label], [[d["domain"], d["name"], _pct(d[key])] for d in rows])]
+    return out
+
+
 def _eval_section(ev: dict[str, Any], images: dict[str, str], title: str, h: str = "##", suffix: str = "") -> list[str]:
     """One evaluation: pass^k per domain, accuracy by gold calls, failures (image keys end in `suffix`)."""
     block = ev["pass^k"]
