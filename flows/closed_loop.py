@@ -18,11 +18,12 @@ Phases, each timed:
    Held-out domains never contribute a row (export reads only these runs).
 4. train: tasks.sft.export (stage 1) + tasks.sft.train (TRL SFT, assistant-only loss) of
    SmolLM2-135M converted from the same GGUF, a few optimizer steps.
-5. trained: the same evaluation (same scenarios, k, rollout config) of the checkpoint served by
-   agentscaler.hf_server.
+5. trained: the same evaluation (same scenarios, k, rollout config) of the checkpoint.
 
-The two evaluations differ in runtime: the base model runs in llama.cpp from the shipped Q4_1 GGUF,
-the trained one in transformers fp32, starting from the same weights dequantized (training/gguf_convert.py).
+Both evaluations run the same way (agentscaler.endpoints.serve with a checkpoint): the base model
+from the HF conversion training starts from (training/gguf_convert.py), the trained one from its
+checkpoint, each exported to GGUF at `precision` and served by the same llama.cpp server with the
+same decoding (agentscaler.decoding); `engine="hf"` runs both on transformers instead.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentscaler.artifacts import load_scenarios, load_tools, load_trajectories
 from agentscaler.catalog import Catalog
-from agentscaler.endpoints import LOCAL, serve
+from agentscaler.endpoints import LOCAL, runtime_label, serve
 from agentscaler.models import Trajectory
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text
 from tasks.corpus.ingest import ingest
@@ -51,6 +52,7 @@ from tasks.scenarios.build import build_scenarios, domain_split
 from tasks.sft.export import export_sft
 from tasks.sft.train import train_stage
 from tasks.verify.verify import verify_run
+from training.gguf_convert import convert_smollm2
 
 
 class ClosedLoopConfig(BaseModel):
@@ -75,6 +77,8 @@ class ClosedLoopConfig(BaseModel):
     sft_max_length: int = 2048
     torch_threads: int = 2
     base_model: str = "smollm2-135m"
+    engine: str = "llama"  # both models on llama.cpp (GGUF exports), or "hf" for both on transformers
+    precision: str = "f16"  # of both GGUF exports (agentscaler.gguf_export)
     seed: int = 0
 
 
@@ -183,7 +187,10 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
 
     t = time.perf_counter()
     collect_runs: list[str] = []
-    with serve(LOCAL, n_threads=cfg.torch_threads) as urls:
+    # the base model from the same HF conversion training starts from, served like the trained one
+    served = {"checkpoint": convert_smollm2(), "engine": cfg.engine, "precision": cfg.precision}
+    out["runtime"] = runtime_label(**served)
+    with serve(LOCAL, threads=cfg.torch_threads, model_alias=cfg.base_model, **served) as urls:
         url = urls[0]
         base = evaluate(ws, url, model=cfg.base_model, **eval_kw)
         phase("baseline_eval", t)
@@ -221,8 +228,8 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
 
     t = time.perf_counter()
     trained_name = f"{cfg.base_model}-closed-loop-sft1"
-    with serve(LOCAL, checkpoint=train_res["final_dir"], model_alias=trained_name, threads=cfg.torch_threads,
-               max_new_tokens=cfg.max_tokens) as urls:
+    with serve(LOCAL, checkpoint=train_res["final_dir"], engine=cfg.engine, precision=cfg.precision,
+               model_alias=trained_name, threads=cfg.torch_threads) as urls:
         trained = evaluate(ws, urls, model=trained_name, **eval_kw)
     phase("trained_eval", t)
     out["trained"] = _summary(trained, phases["trained_eval"], ws)
@@ -264,9 +271,9 @@ def markdown(out: dict[str, Any]) -> str:
          f"scripted user, max_turns {cfg['max_turns']}, max_tokens {cfg['max_tokens']}."), "",
         f"| model | runtime | trials | passed | pass^1 | pass^{k} | eval wall (s) | conversations (s) | agent LLM (s) |",
         "|---|---|---|---|---|---|---|---|---|",
-        (f"| {b['model']} (base) | llama.cpp GGUF | {b['trials']} | {b['passed']} | {_fmt(b['pass^k'].get('1'))} "
+        (f"| {b['model']} (base) | {out.get('runtime', 'llama.cpp GGUF')} | {b['trials']} | {b['passed']} | {_fmt(b['pass^k'].get('1'))} "
          f"| {_fmt(b['pass^k'].get(k))} | {b['seconds']} | {_t(b.get('conversations_s'))} | {_t(b.get('agent_llm_s'))} |"),
-        (f"| {tr['model']} | transformers fp32 (hf_server) | {tr['trials']} | {tr['passed']} "
+        (f"| {tr['model']} | {out.get('runtime', 'transformers fp32 (hf_server)')} | {tr['trials']} | {tr['passed']} "
          f"| {_fmt(tr['pass^k'].get('1'))} | {_fmt(tr['pass^k'].get(k))} | {tr['seconds']} "
          f"| {_t(tr.get('conversations_s'))} | {_t(tr.get('agent_llm_s'))} |"), "",
         ("eval wall = this invocation (a resumed evaluation skips finished conversations); conversations = "

@@ -25,6 +25,7 @@ from flows.train_sft import train_sft_flow
 from tasks.evaluation.report import funnel
 from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
 from tasks.rollouts.engine import select_scenarios
+from training.gguf_convert import convert_smollm2
 
 
 @flow(name="pipeline")
@@ -71,9 +72,14 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
         if evaluate:
             eval_args = dict(k=k, max_scenarios=eval_max_scenarios, max_turns=max_turns, max_steps=agent_steps,
                              max_tokens=max_tokens)
-            summary["evaluate"] = _brief(evaluate_flow(str(ws.root), llm=llm, model=model, **eval_args))
             checkpoint = _trained_checkpoint(summary.get("train"))
-            if checkpoint and is_local(llm):
+            compare = bool(checkpoint) and is_local(llm)
+            # compared with a trained model, the base model is served the same way: its HF conversion
+            # (what training starts from) exported at the same precision (agentscaler.endpoints.serve)
+            base = str(convert_smollm2()) if compare else None
+            summary["evaluate"] = _brief(evaluate_flow(str(ws.root), llm=llm, model=model, checkpoint=base,
+                                                       **eval_args))
+            if compare:
                 summary["evaluate_trained"] = _brief(evaluate_flow(str(ws.root), llm="local", model="trained",
                                                                    checkpoint=checkpoint, **eval_args))
             summary["closed_loop"] = closed_loop_table(summary)
