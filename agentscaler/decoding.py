@@ -18,10 +18,11 @@ reuse, end-of-generation tokens). The llama.cpp server (agentscaler.llm_server) 
 checkpoint server (agentscaler.hf_server) both call `complete()`; only the forward pass differs.
 
 The grammar comes from llama-cpp-python's JSON-Schema converter with upstream llama.cpp's stricter
-string rule (no raw control characters in strings, so every constrained call parses as JSON). A
-tool whose schema the converter cannot turn into a grammar gets `arguments: object` (counted in
-`Completion.loose_tools`). What the converter does not enforce (numeric bounds, most formats) is
-left to the environment's argument check.
+string rule (no raw control characters in strings, so every constrained call parses as JSON), plus
+the bounds tools use most (bound_rule: small integer ranges, minimum 0 or 1, email). A tool whose
+schema the converter cannot turn into a grammar gets `arguments: object` (named in
+`Completion.loose_tools`). What the grammar does not enforce (other numeric bounds, string formats
+beyond date, time, date-time, uuid and email) is left to the environment's argument check.
 """
 
 from __future__ import annotations
@@ -113,12 +114,48 @@ def _strict_strings() -> None:
             r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])', [])
 
 
+_DIGITS = "[1-9] [0-9]{0,15}"
+
+
+def bound_rule(schema: dict[str, Any]) -> str | None:
+    """GBNF for what llama-cpp-python's converter leaves out and tools often use: small integer ranges
+    (as the list of values), non-negative numbers and integers (minimum 0), positive integers
+    (minimum 1), and `format: email` (the `@` jsonschema checks). None for anything else."""
+    if not isinstance(schema, dict) or any(k in schema for k in ("enum", "const", "anyOf", "oneOf", "allOf", "$ref")):
+        return None
+    kind, lo, hi = schema.get("type"), schema.get("minimum"), schema.get("maximum")
+    if kind == "string" and schema.get("format") == "email" and not schema.get("pattern"):
+        return '"\\"" [a-zA-Z0-9._%+-]{1,64} "@" [a-zA-Z0-9.-]{1,64} "\\"" space'
+    if kind not in ("integer", "number") or "exclusiveMinimum" in schema or "exclusiveMaximum" in schema:
+        return None
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi))
+    if kind == "integer" and whole and 0 <= hi - lo <= 255:
+        return "(" + " | ".join(f'"{v}"' for v in range(lo, hi + 1)) + ") space"
+    if hi is not None or not isinstance(lo, (int, float)) or isinstance(lo, bool) or lo < 0:
+        return None
+    if kind == "integer" and lo <= 1:
+        return (f"{_DIGITS} space" if lo == 1 else f'("0" | {_DIGITS}) space')
+    if kind == "number" and lo == 0:
+        return f'("0" | {_DIGITS}) ("." [0-9]{{1,16}})? ([eE] [-+]? [0-9]{{1,3}})? space'
+    return None
+
+
 def schema_grammar(schema: dict[str, Any]) -> str:
-    """GBNF text (root rule `root`) of a JSON Schema, with strict JSON strings."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf  # the [llm] extra, as in _strict_strings
+    """GBNF text (root rule `root`) of a JSON Schema, with strict JSON strings and bound_rule's bounds."""
+    from llama_cpp import llama_grammar  # the [llm] extra, as in _strict_strings
 
     _strict_strings()
-    return json_schema_to_gbnf(json.dumps(schema))
+
+    class Converter(llama_grammar.SchemaConverter):
+        def visit(self, schema: dict[str, Any], name: str) -> str:
+            rule = bound_rule(schema)
+            if rule is None:
+                return super().visit(schema, name)
+            return self._add_rule(name + "-" if name in llama_grammar.RESERVED_NAMES else name or "root", rule)
+
+    converter = Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter.visit(converter.resolve_refs(schema, "stdin"), "")
+    return converter.format_grammar()
 
 
 @functools.lru_cache(maxsize=64)

@@ -95,8 +95,15 @@ class Verdict(Strict):
     diff: list[dict[str, Any]] = Field(default_factory=list)  # final vs gold field diff when states differ
 
 
+GOLD_REPLAY = "gold-replay"  # agent_model of demonstrations built from gold calls (tasks.rollouts.gold)
+ORIGINS = ("experience", "gold_replay")
+
+
 class Trajectory(Strict):
-    """One recorded user-agent-tool conversation on a scenario (OpenAI chat message format)."""
+    """One recorded user-agent-tool conversation on a scenario (OpenAI chat message format).
+
+    `agent_model` names the model that produced it, or GOLD_REPLAY for a demonstration replayed
+    from the scenario's gold calls: origin() keeps the two apart in every count and row."""
 
     id: str
     run_id: str
@@ -114,3 +121,7 @@ class Trajectory(Strict):
     agent_model: str = ""
     user_kind: str = ""
     verdict: Verdict | None = None
+
+    def origin(self) -> str:
+        """"gold_replay" for a gold-replayed demonstration, else "experience" (a model's own rollout)."""
+        return "gold_replay" if self.agent_model == GOLD_REPLAY else "experience"

@@ -165,12 +165,18 @@ def collect_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatibl
                 trials: int = typer.Option(1, "--trials"),
                 split: str = typer.Option("train", "--split", help="train | heldout | all"),
                 per_domain: Optional[int] = typer.Option(None, "--per-domain", help="Scenarios per domain."),
+                samples: Optional[int] = typer.Option(None, "--samples", help="Rejection sampling: N samples per train-split scenario (temperature > 0 for N > 1), kept if verified; reports acceptance per domain and scenario length."),
                 deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Flow collect_experience: rollouts + verification, one Prefect task per domain."""
-    out = _run_flow_or_deployment("collect-experience", deployment, {
-        "workspace": str(workspace_path().resolve()), "llm": llm, "model": model, "user": user, "trials": trials,
-        "split": split, "per_domain": per_domain})
+    if samples is not None and (samples < 1 or split != "train"):
+        console.print("--samples N needs N >= 1 and the train split (held-out scenarios are never sampled)",
+                      markup=False)
+        raise typer.Exit(2)
+    params = {"workspace": str(workspace_path().resolve()), "llm": llm, "model": model, "user": user,
+              "trials": trials, "split": split, "per_domain": per_domain}
+    out = _run_flow_or_deployment("collect-experience", deployment,
+                                  params | ({"samples": samples} if samples is not None else {}))
     emit(out) if as_json else Console().print(out)
 
 

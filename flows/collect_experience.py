@@ -4,6 +4,12 @@ One Prefect task per domain: its conversations run async with many in flight aga
 endpoint(s), land in `rollouts/<run>--<domain>/trajectories.jsonl` as they finish, and are then
 verified. A re-run with the same parameters resumes (finished trajectories are skipped). With
 `llm="local"` the flow starts the local llama.cpp server for its duration.
+
+Rejection sampling (`samples=N`, `agentscaler collect --samples N`): N samples per train-split
+scenario at the temperature the one rule gives N trials (tasks.rollouts.conversation.
+sampling_temperature), each verified by the same filters; the accepted ones are agent experience
+labelled with the model (agent_model), and the summary reports acceptance overall, per domain and
+per scenario length (tasks.rollouts.rejection). Held-out scenarios are never sampled.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from agentscaler.catalog import Catalog
 from agentscaler.endpoints import is_local, serve
 from agentscaler.errors import transient_only
+from agentscaler.artifacts import load_trajectories, scenario_map
 from agentscaler.hashing import content_hash
 from agentscaler.workspace import Workspace
 from flows.common import fan_out, publish_markdown, run_record
 from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
 from tasks.rollouts.engine import run_rollouts, select_scenarios
+from tasks.rollouts.rejection import acceptance, acceptance_markdown
 from tasks.verify.verify import verify_run
 
 STAGE = "rollout"
@@ -56,8 +64,17 @@ def experience_task(domain: str, workspace: str, base_url: str | list[str], pref
 def collect_experience_flow(workspace: str, llm: str = "local", model: str = "smollm2-135m", user: str = "scripted",
                             trials: int = 1, split: str = "train", per_domain: int | None = None,
                             domains: list[str] | None = None, concurrency: int = 8,
-                            max_turns: int = 6, max_steps: int = 4, max_tokens: int = 256) -> dict[str, Any]:
-    """Rollouts + verification for every domain that has scenarios of `split` (or only `domains`)."""
+                            max_turns: int = 6, max_steps: int = 4, max_tokens: int = 256,
+                            samples: int | None = None) -> dict[str, Any]:
+    """Rollouts + verification for every domain that has scenarios of `split` (or only `domains`).
+
+    `samples` (rejection sampling) is the number of samples per scenario; it replaces `trials` and
+    needs the train split."""
+    if samples is not None:
+        if samples < 1 or split != "train":
+            raise ValueError(f"rejection sampling draws training data: samples >= 1 on the train split "
+                             f"(got samples={samples}, split={split!r})")
+        trials = samples
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
     temp = sampling_temperature(trials)
@@ -66,7 +83,7 @@ def collect_experience_flow(workspace: str, llm: str = "local", model: str = "sm
     prefix = experience_run_id(model, cfg, trials, split, per_domain)
     wanted = [d for d in (domains or ws.domain_ids()) if select_scenarios(ws, split, 1, [d])]
     params = {"llm": llm, "model": model, "user": user, "trials": trials, "split": split, "per_domain": per_domain,
-              "domains": len(wanted), "prefix": prefix}
+              "domains": len(wanted), "prefix": prefix, "samples": samples, "temperature": temp}
     with run_record(catalog, "collect_experience", params) as summary:
         # llama.cpp's local server has one slot: interleaved conversations would evict each
         # other's prompt cache, so locally domains and conversations go one at a time.
@@ -75,10 +92,12 @@ def collect_experience_flow(workspace: str, llm: str = "local", model: str = "sm
             results, errors = fan_out(experience_task, wanted, key=str, sequential=local, workspace=str(ws.root),
                                       base_url=base_url, prefix=prefix, model=model, trials=trials, split=split,
                                       per_domain=per_domain, cfg=cfg, concurrency=1 if local else concurrency)
-        summary.update(prefix=prefix, domains=len(wanted), failed=errors,
-                       run_ids=sorted(r["run_id"] for r in results.values()),
+        run_ids = sorted(r["run_id"] for r in results.values())
+        trajs = [t for r in run_ids for t in load_trajectories(ws, r)]
+        summary.update(prefix=prefix, domains=len(wanted), failed=errors, run_ids=run_ids,
                        trajectories=sum(r["trajectories"] for r in results.values()),
-                       verified=sum(r["passed"] for r in results.values()))
+                       verified=sum(r["passed"] for r in results.values()), samples=trials, temperature=temp,
+                       acceptance=acceptance(trajs, scenario_map(ws, {t.domain for t in trajs})))
         catalog.set_counts(summary["run_id"], "collect_experience",
                            {"domains": len(wanted), "failed": len(errors), "trajectories": summary["trajectories"],
                             "verified": summary["verified"]})
@@ -88,8 +107,8 @@ def collect_experience_flow(workspace: str, llm: str = "local", model: str = "sm
 
 def _markdown(summary: dict[str, Any], results: dict[str, Any]) -> str:
     lines = ["# collect_experience", "", f"trajectories {summary['trajectories']}, verified {summary['verified']}, "
-             f"failed domains {len(summary['failed'])}", "", "| domain | trajectories | passed | slot use |",
-             "|---|---|---|---|"]
+             f"failed domains {len(summary['failed'])}; {summary['samples']} sample(s) per scenario at temperature "
+             f"{summary['temperature']}", "", "| domain | trajectories | passed | slot use |", "|---|---|---|---|"]
     for d, r in sorted(results.items()):
         lines.append(f"| `{d}` | {r['trajectories']} | {r['passed']} | {r['rollout'].get('slot_utilization')} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", *acceptance_markdown(summary["acceptance"])]) + "\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import markdown
 import pyarrow.parquet as pq
 
 from agentscaler.artifacts import load_domains, load_scenarios, read_trajectories, trajectory_files
+from agentscaler.models import ORIGINS
 from agentscaler.plots import pyplot, save_png
 from agentscaler.workspace import Workspace, atomic_write_text
 from envs.spec import DomainSpec
@@ -29,16 +31,32 @@ def _parquet_rows(path: Path) -> int:
     return pq.ParquetFile(path).metadata.num_rows
 
 
+def _sft_origins(path: Path) -> Counter:
+    """SFT rows of a parquet split by origin (exports before origins were recorded count as 'unlabelled')."""
+    if "origin" not in pq.read_schema(path).names:
+        return Counter({"unlabelled": _parquet_rows(path)})
+    return Counter(pq.read_table(path, columns=["origin"]).column("origin").to_pylist())
+
+
 def funnel(ws: Workspace, run_ids: list[str] | None = None) -> dict[str, int]:
     """tools -> domains -> environments -> scenarios -> trajectories -> verified -> SFT rows, counted on
     disk (a missing stage counts 0). Trajectories and verified count the given rollout runs (default:
-    every run of the workspace); the pipeline passes the runs it made."""
+    every run of the workspace); the pipeline passes the runs it made. Trajectories, verified and SFT
+    rows are also counted apart by origin: a model's own experience vs gold-replayed demonstrations."""
     tools = _parquet_rows(ws.tools_path) if ws.tools_path.exists() else 0
     trajs = [t for f in trajectory_files(ws, run_ids) for _, t, _, _ in read_trajectories(f) if t is not None]
-    sft = sum(_parquet_rows(p) for p in sorted(ws.sft_dir.glob("stage*/*.parquet")))
-    return {"tools": tools, "domains": len(load_domains(ws)), "environments": len(ws.domain_ids()),
-            "scenarios": len(load_scenarios(ws)), "trajectories": len(trajs),
-            "verified": sum(bool(t.verdict and t.verdict.passed) for t in trajs), "sft_rows": sft}
+    sft: Counter = Counter()
+    for p in sorted(ws.sft_dir.glob("stage*/*.parquet")):
+        sft += _sft_origins(p)
+    out = {"tools": tools, "domains": len(load_domains(ws)), "environments": len(ws.domain_ids()),
+           "scenarios": len(load_scenarios(ws)), "trajectories": len(trajs),
+           "verified": sum(bool(t.verdict and t.verdict.passed) for t in trajs), "sft_rows": sum(sft.values())}
+    for origin in ORIGINS:
+        mine = [t for t in trajs if t.origin() == origin]
+        out |= {f"trajectories_{origin}": len(mine), f"verified_{origin}": sum(bool(t.verdict and t.verdict.passed)
+                                                                            for t in mine),
+                f"sft_rows_{origin}": sft.get(origin, 0)}
+    return out
 
 
 def domain_sizes(ws: Workspace) -> list[int]:

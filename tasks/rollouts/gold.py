@@ -15,7 +15,7 @@ from typing import Any
 
 from agentscaler.artifacts import TRAJECTORIES, load_scenarios
 from agentscaler.decoding import grammar_order
-from agentscaler.models import Scenario, Trajectory
+from agentscaler.models import GOLD_REPLAY, Scenario, Trajectory
 from agentscaler.workspace import Workspace, atomic_write_text
 from envs.episode import Environment
 from envs.spec import DomainSpec
@@ -23,7 +23,7 @@ from tasks.rollouts.agent import agent_system_prompt
 from tasks.rollouts.conversation import trajectory_id
 from tasks.rollouts.users import STOP
 
-GOLD_AGENT = "gold-replay"
+GOLD_AGENT = GOLD_REPLAY  # the agent_model label of these trajectories
 
 
 def gold_trajectory(scenario: Scenario, env: Any, tools: list[dict[str, Any]], system: str, run_id: str,

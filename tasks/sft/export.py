@@ -9,7 +9,9 @@ Why each step:
   templating) and each tool call is stored as `datasets.Json` for the same reason;
 - rows longer than `max_length` tokens are dropped, never truncated (a cut trajectory teaches
   an unfinished conversation); duplicates (same messages and tools) are dropped;
-- the eval split is held out by scenario, so trials of one scenario never straddle the split.
+- the eval split is held out by scenario, so trials of one scenario never straddle the split;
+- every row carries `agent_model` and `origin` (agent "experience" or "gold_replay" demonstration),
+  and the report counts the two apart at every step (`by_origin`, `kept_by_origin`).
 
 - trajectories of held-out scenarios (evaluation runs live in the same workspace) and of
   scenarios flagged by the contamination check (`agentscaler contamination`) stay out, counted by
@@ -34,7 +36,7 @@ from typing import Any
 
 from agentscaler.artifacts import contaminated_ids, load_scenarios, read_trajectories, trajectory_files
 from agentscaler.hashing import content_hash
-from agentscaler.models import Trajectory
+from agentscaler.models import ORIGINS, Trajectory
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
 from training.config import default_config_path, load_config
 from training.gguf_convert import load_tokenizer
@@ -139,7 +141,8 @@ def row_from_trajectory(traj: Trajectory) -> dict[str, Any]:
             raise RowError("malformed_tool_schema", f"tools[{k}] is not an OpenAI function schema")
     tools_json = json.dumps(tools, ensure_ascii=False, sort_keys=True)
     return {"id": content_hash({"messages": messages, "tools": tools}), "trajectory_id": traj.id,
-            "scenario_id": traj.scenario_id, "domain": traj.domain, "messages": messages, "tools": tools_json}
+            "scenario_id": traj.scenario_id, "domain": traj.domain, "agent_model": traj.agent_model,
+            "origin": traj.origin(), "messages": messages, "tools": tools_json}
 
 
 def count_tokens(tokenizer: Any, row: dict[str, Any]) -> int:
@@ -166,9 +169,13 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
     read = skipped_unverified = 0
     seen: set[str] = set()
     by_stage: dict[int, list[dict]] = {1: [], 2: []}
+    # agent experience and gold-replayed demonstrations, counted apart at every step
+    by_origin: dict[str, Counter[str]] = {o: Counter() for o in ORIGINS}
 
-    def drop(reason: str, where: str, detail: str) -> None:
+    def drop(reason: str, where: str, detail: str, origin: str | None = None) -> None:
         dropped[reason] += 1
+        if origin is not None:
+            by_origin[origin][f"dropped_{reason}"] += 1
         if len(errors) < MAX_ERRORS:
             errors.append(f"{where}: {detail}")
 
@@ -179,29 +186,34 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
                 drop(bad or "invalid_trajectory", where, detail)
                 continue
             where = f"{where} (trajectory {traj.id})"
+            origin = traj.origin()
+            by_origin[origin]["read"] += 1
             if traj.verdict is None or not traj.verdict.passed:
                 skipped_unverified += 1
+                by_origin[origin]["skipped_unverified"] += 1
                 continue
             if exclude_scenarios and traj.scenario_id in exclude_scenarios:
                 reason = exclude_scenarios[traj.scenario_id]
-                drop(reason, where, f"scenario {traj.scenario_id} is excluded from training ({reason})")
+                drop(reason, where, f"scenario {traj.scenario_id} is excluded from training ({reason})", origin)
                 continue
             try:
                 row = row_from_trajectory(traj)
             except RowError as exc:
-                drop(exc.reason, where, exc.detail)
+                drop(exc.reason, where, exc.detail, origin)
                 continue
             if row["id"] in seen:
                 dropped["duplicate"] += 1
+                by_origin[origin]["dropped_duplicate"] += 1
                 continue
             try:
                 n = count_tokens(tokenizer, row)
             except Exception as exc:  # a template error names the row, the export goes on
-                drop("template_error", where, f"{type(exc).__name__}: {exc}")
+                drop("template_error", where, f"{type(exc).__name__}: {exc}", origin)
                 continue
             if n > max_length:
-                drop("too_long", where, f"{n} tokens > max_length {max_length}")
+                drop("too_long", where, f"{n} tokens > max_length {max_length}", origin)
                 continue
+            by_origin[origin]["kept"] += 1
             seen.add(row["id"])
             row["n_tokens"] = n
             row["stage"] = stage_of(traj.domain, target_domains)
@@ -218,6 +230,9 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
         splits[stage] = {"train": [r for r in rows if r["id"] not in ev_ids], "eval": ev}
     report = {"files": [str(f) for f in files], "read": read, "skipped_unverified": skipped_unverified,
               "kept": {f"stage{s}": {k: len(v) for k, v in sp.items()} for s, sp in splits.items()},
+              "kept_by_origin": {f"stage{s}": {k: dict(Counter(r["origin"] for r in v)) for k, v in sp.items()}
+                                 for s, sp in splits.items()},
+              "by_origin": {o: dict(sorted(c.items())) for o, c in by_origin.items()},
               "dropped": dict(sorted(dropped.items())), "errors": errors, "max_length": max_length}
     return splits, report
 
@@ -228,8 +243,9 @@ def _features():
     msg = {"role": Value("string"), "content": Value("string"), "tool_calls": List(Json()),
            "tool_call_id": Value("string"), "name": Value("string")}
     return Features({"id": Value("string"), "trajectory_id": Value("string"), "scenario_id": Value("string"),
-                     "domain": Value("string"), "stage": Value("int32"), "n_tokens": Value("int32"),
-                     "messages": List(msg), "tools": Value("string")})
+                     "domain": Value("string"), "agent_model": Value("string"), "origin": Value("string"),
+                     "stage": Value("int32"), "n_tokens": Value("int32"), "messages": List(msg),
+                     "tools": Value("string")})
 
 
 def _to_dataset(rows: list[dict]):

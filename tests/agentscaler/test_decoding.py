@@ -10,11 +10,10 @@ import json
 
 import numpy as np
 import pytest
-from jsonschema import Draft202012Validator
-
 from agentscaler.decoding import Sampler, Sampling, call_schema, chat_response, common_prefix, complete, \
     tool_calls_grammar
 from agentscaler.llm import parse_hermes_tool_calls
+from agentscaler.schemas import check
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed")
 
@@ -101,7 +100,7 @@ def _valid_calls(text: str) -> list[dict]:
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     for c in calls:
         assert c["name"] in schemas, c
-        assert not list(Draft202012Validator(schemas[c["name"]]).iter_errors(c["arguments"])), c
+        assert check(schemas[c["name"]]).errors(c["arguments"]) == [], c  # the environment's own check
     return calls
 
 
@@ -267,3 +266,25 @@ def test_chat_response_parses_calls_strictly():
     msg = chat_response(bad, TOOLS, "m", "id", 0)["choices"][0]["message"]
     assert msg["content"] == bad.text and "tool_calls" not in msg
     assert "tool_calls" not in chat_response(ok, None, "m", "id", 0)["choices"][0]["message"]
+
+
+def test_bounds_the_converter_leaves_out_are_enforced(vocab):
+    """Small integer ranges, minimum 0 / 1 and email: what agentscaler.schemas.check (the environment's
+    argument check) would reject, the grammar does not let through."""
+    tools = [{"type": "function", "function": {"name": "place_order", "parameters": {
+        "type": "object", "required": ["quantity", "price", "email", "count"], "properties": {
+            "quantity": {"type": "integer", "minimum": 1, "maximum": 5}, "price": {"type": "number", "minimum": 0},
+            "email": {"type": "string", "format": "email"}, "count": {"type": "integer", "minimum": 1}}}}}]
+    gbnf, _ = tool_calls_grammar(tools)
+    params = tools[0]["function"]["parameters"]
+
+    def call(**a) -> str:
+        args = {"quantity": 2, "price": 0.5, "email": "a.b@c.org", "count": 12, **a}
+        return "\n" + json.dumps({"name": "place_order", "arguments": args}) + "\n</tool_call>", args
+
+    for good in ({}, {"quantity": 5, "price": 0, "count": 1}, {"price": 1e3}):
+        text, args = call(**good)
+        assert _accepted(vocab, gbnf, text) and check(params).is_valid(args), good
+    for bad in ({"quantity": 0}, {"quantity": 6}, {"price": -1}, {"email": "nobody"}, {"count": 0}):
+        text, args = call(**bad)
+        assert not check(params).is_valid(args) and not _accepted(vocab, gbnf, text), bad

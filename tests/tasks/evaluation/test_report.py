@@ -39,6 +39,9 @@ def test_funnel_counts_workspace(ws: Workspace):
     n = len(load_scenarios(ws))
     assert c["environments"] == 1 and c["scenarios"] == n > 0
     assert c["trajectories"] == 3 * n and 0 < c["verified"] < 3 * n and c["tools"] == 0 and c["sft_rows"] == 0
+    # agent experience and gold replays counted apart (no gold run here)
+    assert c["trajectories_experience"] == 3 * n and c["verified_experience"] == c["verified"]
+    assert c["trajectories_gold_replay"] == c["verified_gold_replay"] == c["sft_rows_gold_replay"] == 0
 
 
 def test_write_report_with_eval(ws: Workspace):
