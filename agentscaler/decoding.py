@@ -12,10 +12,11 @@ The sampler is llama.cpp's own (the chain llama-cpp-python builds: repetition pe
 last 64 generated tokens, top-k, typical, top-p, min-p, temperature and a seeded draw, or greedy at
 temperature 0), with the grammar applied the way llama.cpp's common sampler (llama-server) does:
 draw, and only if the grammar rejects the token, draw again from the grammar-masked vocabulary.
-It works on logits from any runtime: `Runtime` is the
-small interface a server implements (tokenize, detokenize, logits of the next token with prefix
-reuse, end-of-generation tokens). The llama.cpp server (agentscaler.llm_server) and the
-checkpoint server (agentscaler.hf_server) both call `complete()`; only the forward pass differs.
+It works on logits from any runtime: `Runtime` is the small interface a server implements
+(tokenize, detokenize, next-token logits reusing the previous call's common prefix, and a llama.cpp
+vocabulary for the grammar and the end-of-generation tokens). The llama.cpp server
+(agentscaler.llm_server) and the checkpoint server (agentscaler.hf_server) both call `complete()`;
+only the forward pass differs.
 
 The grammar comes from llama-cpp-python's JSON-Schema converter with upstream llama.cpp's stricter
 string rule (no raw control characters in strings, so every constrained call parses as JSON), plus

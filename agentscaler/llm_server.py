@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
 from agentscaler.chat_template import render
 from agentscaler.decoding import Sampling, chat_response, common_prefix, complete
@@ -220,9 +221,7 @@ class LlamaRuntime:
     def n_ctx(self) -> int:
         return self.llama.n_ctx()
 
-    def logits(self, tokens: list[int]) -> Any:
-        import numpy as np
-
+    def logits(self, tokens: list[int]) -> np.ndarray:
         llama = self.llama
         keep = min(common_prefix(llama.input_ids[:llama.n_tokens], tokens), len(tokens) - 1)
         if keep < llama.n_tokens:

@@ -166,6 +166,8 @@ def collect_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatibl
                 split: str = typer.Option("train", "--split", help="train | heldout | all"),
                 per_domain: Optional[int] = typer.Option(None, "--per-domain", help="Scenarios per domain."),
                 samples: Optional[int] = typer.Option(None, "--samples", help="Rejection sampling: N samples per train-split scenario (temperature > 0 for N > 1), kept if verified; reports acceptance per domain and scenario length."),
+                checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="With --llm local: sample this HF model dir (e.g. the trained stage) instead of the shipped GGUF."),
+                precision: str = typer.Option("f16", "--precision", help="GGUF precision of --checkpoint: f16 | f32."),
                 deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Flow collect_experience: rollouts + verification, one Prefect task per domain."""
@@ -175,8 +177,10 @@ def collect_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatibl
         raise typer.Exit(2)
     params = {"workspace": str(workspace_path().resolve()), "llm": llm, "model": model, "user": user,
               "trials": trials, "split": split, "per_domain": per_domain}
-    out = _run_flow_or_deployment("collect-experience", deployment,
-                                  params | ({"samples": samples} if samples is not None else {}))
+    extra = {"samples": samples} if samples is not None else {}
+    if checkpoint is not None:
+        extra |= {"checkpoint": str(checkpoint.resolve()), "precision": precision}
+    out = _run_flow_or_deployment("collect-experience", deployment, params | extra)
     emit(out) if as_json else Console().print(out)
 
 
@@ -408,13 +412,15 @@ def show_scenarios(domain: Optional[str] = typer.Option(None, "--domain", help="
 # --- rollouts and verification (tasks/rollouts, tasks/verify) -------------------------------------
 
 @contextlib.contextmanager
-def _endpoint(llm: str, ws: Workspace) -> Iterator[list[str]]:
+def _endpoint(llm: str, ws: Workspace, checkpoint: Path | None = None, engine: str = "llama",
+              precision: str = "f16") -> Iterator[list[str]]:
     """agentscaler.endpoints.serve for a command (the local server logs to reports/llm-server.log);
-    a local server that does not start ends the command with its message."""
+    a local server that does not start, or a checkpoint that does not export, ends the command with its message."""
     with contextlib.ExitStack() as stack:
         try:
-            urls = stack.enter_context(serve(llm, log_path=ws.reports_dir / "llm-server.log"))
-        except LLMServerError as e:
+            urls = stack.enter_context(serve(llm, checkpoint=checkpoint, engine=engine, precision=precision,
+                                             log_path=ws.reports_dir / "llm-server.log"))
+        except (LLMServerError, ValueError) as e:
             console.print(f"[red]{e}[/red]")
             raise typer.Exit(1)
         yield urls
@@ -534,6 +540,9 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
                  max_turns: int = typer.Option(10, "--max-turns", help="User turns before the turn limit."),
                  user: str = typer.Option("scripted", "--user", help="Simulated user: scripted | llm."),
                  agreement_sample: int = typer.Option(5, "--agreement-sample", help="With --tau2: trajectories (and gold variants) per domain re-scored by tau2's own evaluator."),
+                 checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="With --llm local: serve this HF model dir (a trained stage, or the base model's conversion) instead of the shipped GGUF."),
+                 engine: str = typer.Option("llama", "--engine", help="How --checkpoint is served: llama (its GGUF export, the same server and decoding as the base model) | hf (transformers)."),
+                 precision: str = typer.Option("f16", "--precision", help="GGUF precision of --checkpoint: f16 | f32."),
                  as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Held-out evaluation: pass^k per domain, accuracy by gold calls, attribution (reports/eval-<run>.json)."""
     if split not in ("train", "heldout", "all") or k < 1 or user not in ("scripted", "llm"):
@@ -543,7 +552,7 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
     temp = sampling_temperature(k)
     cfg = RolloutConfig(user=user, max_turns=max_turns, temperature=temp, user_temperature=temp,
                         unsafe=Settings.from_env().allow_unsafe_sandbox)
-    with _endpoint(llm, ws) as urls:
+    with _endpoint(llm, ws, checkpoint, engine, precision) as urls:
         rep = evaluate(ws, urls, model=model or "smollm2-135m", k=k, split=split, max_scenarios=max_scenarios,
                        tau2=tau2, run_id=run, cfg=cfg, concurrency=concurrency, agreement_sample=agreement_sample)
     if as_json:

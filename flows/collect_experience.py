@@ -15,6 +15,7 @@ per scenario length (tasks.rollouts.rejection). Held-out scenarios are never sam
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
@@ -33,6 +34,7 @@ from tasks.rollouts.rejection import acceptance, acceptance_markdown
 from tasks.verify.verify import verify_run
 
 STAGE = "rollout"
+DEFAULT_MODEL = "smollm2-135m"
 MAX_WORKERS = int(os.environ.get("AGENTSCALER_ROLLOUT_WORKERS", "4"))
 
 
@@ -61,20 +63,25 @@ def experience_task(domain: str, workspace: str, base_url: str | list[str], pref
 
 
 @flow(name="collect-experience", task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
-def collect_experience_flow(workspace: str, llm: str = "local", model: str = "smollm2-135m", user: str = "scripted",
+def collect_experience_flow(workspace: str, llm: str = "local", model: str = DEFAULT_MODEL, user: str = "scripted",
                             trials: int = 1, split: str = "train", per_domain: int | None = None,
                             domains: list[str] | None = None, concurrency: int = 8,
                             max_turns: int = 6, max_steps: int = 4, max_tokens: int = 256,
-                            samples: int | None = None) -> dict[str, Any]:
+                            samples: int | None = None, checkpoint: str | None = None, engine: str = "llama",
+                            precision: str = "f16") -> dict[str, Any]:
     """Rollouts + verification for every domain that has scenarios of `split` (or only `domains`).
 
     `samples` (rejection sampling) is the number of samples per scenario; it replaces `trials` and
-    needs the train split."""
+    needs the train split. With llm="local", `checkpoint` (an HF model dir, e.g. a trained stage)
+    is the model sampled, served as agentscaler.endpoints.serve serves checkpoints, and the default
+    `model` label becomes the checkpoint's last two path parts (e.g. "stage1/final")."""
     if samples is not None:
         if samples < 1 or split != "train":
             raise ValueError(f"rejection sampling draws training data: samples >= 1 on the train split "
                              f"(got samples={samples}, split={split!r})")
         trials = samples
+    if checkpoint and model == DEFAULT_MODEL:  # label the experience with the model that produces it
+        model = "/".join(Path(checkpoint).parts[-2:])
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
     temp = sampling_temperature(trials)
@@ -83,12 +90,12 @@ def collect_experience_flow(workspace: str, llm: str = "local", model: str = "sm
     prefix = experience_run_id(model, cfg, trials, split, per_domain)
     wanted = [d for d in (domains or ws.domain_ids()) if select_scenarios(ws, split, 1, [d])]
     params = {"llm": llm, "model": model, "user": user, "trials": trials, "split": split, "per_domain": per_domain,
-              "domains": len(wanted), "prefix": prefix, "samples": samples, "temperature": temp}
+              "domains": len(wanted), "prefix": prefix, "samples": samples, "temperature": temp, "checkpoint": checkpoint}
     with run_record(catalog, "collect_experience", params) as summary:
         # llama.cpp's local server has one slot: interleaved conversations would evict each
         # other's prompt cache, so locally domains and conversations go one at a time.
         local = is_local(llm)
-        with serve(llm) as base_url:
+        with serve(llm, checkpoint=checkpoint, engine=engine, precision=precision) as base_url:
             results, errors = fan_out(experience_task, wanted, key=str, sequential=local, workspace=str(ws.root),
                                       base_url=base_url, prefix=prefix, model=model, trials=trials, split=split,
                                       per_domain=per_domain, cfg=cfg, concurrency=1 if local else concurrency)
