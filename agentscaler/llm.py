@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from agentscaler.hashing import canonical_json, content_hash
-from agentscaler.schemas import check
+from agentscaler.schemas import MAX_VALUE_DEPTH, check, nesting
 
 __all__ = [
     "ChatReply", "LLMClient", "LLMError", "LLMFormatError", "LLMHTTPError", "LLMServerExited", "LLMTimeoutError",
@@ -130,14 +130,19 @@ _HERMES_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 def _arguments_object(value: Any, where: str, raw: str) -> dict[str, Any]:
-    """Arguments must be a JSON object, given as a dict or as a string holding one."""
+    """Arguments must be a JSON object, given as a dict or as a string holding one, nested at most
+    MAX_VALUE_DEPTH levels (deeper ones could not be checked, hashed or encoded safely later)."""
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else None
         except json.JSONDecodeError as e:
             raise LLMFormatError(f"{where}: arguments are not valid JSON ({e.msg} at char {e.pos})", raw) from None
+        except RecursionError:
+            raise LLMFormatError(f"{where}: arguments nest too deeply to read", raw) from None
     if not isinstance(value, dict):
         raise LLMFormatError(f"{where}: arguments must be a JSON object, got {type(value).__name__}", raw)
+    if nesting(value, MAX_VALUE_DEPTH) > MAX_VALUE_DEPTH:
+        raise LLMFormatError(f"{where}: arguments nest deeper than {MAX_VALUE_DEPTH} levels", raw)
     return value
 
 
@@ -151,6 +156,8 @@ def parse_hermes_tool_calls(content: str) -> tuple[str | None, list[dict[str, An
             obj = json.loads(body)
         except json.JSONDecodeError as e:
             raise LLMFormatError(f"{where}: not valid JSON ({e.msg} at char {e.pos})", content) from None
+        except RecursionError:
+            raise LLMFormatError(f"{where}: the call nests too deeply to read", content) from None
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
             raise LLMFormatError(f"{where}: expected an object with a non-empty string 'name'", content)
         extra = set(obj) - {"name", "arguments"}
@@ -229,6 +236,8 @@ def parse_json_reply(text: str | None, schema: dict[str, Any] | None = None) -> 
         value = json.loads(body)
     except json.JSONDecodeError as e:
         raise LLMFormatError(f"reply is not valid JSON ({e.msg} at char {e.pos})", text) from None
+    except RecursionError:
+        raise LLMFormatError("reply nests too deeply to read", text) from None
     if schema is not None:
         err = check(schema).first_error(value)
         if err is not None:
@@ -503,8 +512,8 @@ class LLMClient:
             raise LLMHTTPError(resp.status_code, text, url)
         try:
             data = json.loads(text)
-        except json.JSONDecodeError:
-            raise LLMFormatError(f"response from {url} is not JSON", text) from None
+        except (json.JSONDecodeError, RecursionError):
+            raise LLMFormatError(f"response from {url} is not JSON (or nests too deeply to read)", text) from None
         if not isinstance(data, dict):
             raise LLMFormatError(f"response from {url} is not a JSON object", text)
         return data, latency, endpoint

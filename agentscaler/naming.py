@@ -3,12 +3,15 @@
 Discovery and synthesis must agree on what a name means (`orders` and `order_id` name one
 entity), so the rules live here and nowhere else: snake_case, singular and plural, the role
 prefixes of id parameters (`source_account_id` is an `account`), the parameter names that are
-search queries, and the column a parameter refers to (`max_price` -> `price`).
+search queries, the column a parameter refers to (`max_price` -> `price`), and which names
+generated code may spell as identifiers (ASCII ones only: Python folds the others, NFKC).
 """
 
 from __future__ import annotations
 
+import keyword
 import re
+import unicodedata
 from functools import lru_cache
 
 ROLE_PREFIXES = ("source_", "target_", "from_", "to_", "destination_", "origin_", "parent_", "new_", "old_",
@@ -20,12 +23,24 @@ RANGE_SUFFIXES = ("_min", "_max", "_from", "_to", "_start", "_end")
 
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _NON_WORD = re.compile(r"[^a-z0-9]+")
+_ASCII_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @lru_cache(maxsize=1 << 16)  # the same names recur in every call of every walk
 def snake(name: str) -> str:
-    """camelCase / kebab / dotted names -> snake_case, lower ("" when nothing is left)."""
-    return _NON_WORD.sub("_", _CAMEL.sub(r"\1_\2", str(name)).lower()).strip("_")
+    """camelCase / kebab / dotted names -> snake_case, lower ("" when nothing is left). Other
+    scripts' compatibility forms fold first (fullwidth `ｕｓｅｒＩｄ` -> `user_id`)."""
+    name = str(name)
+    if not name.isascii():
+        name = unicodedata.normalize("NFKC", name)
+    return _NON_WORD.sub("_", _CAMEL.sub(r"\1_\2", name).lower()).strip("_")
+
+
+def ascii_identifier(name: object) -> bool:
+    """May generated code spell `name` as an identifier? Only an ASCII identifier that is not a
+    keyword: Python folds every other identifier (NFKC), so in code a fullwidth `ｄｂ` *is* `db`
+    and a name with a look-alike letter is a different one. Other names are used as strings."""
+    return isinstance(name, str) and _ASCII_IDENT.fullmatch(name) is not None and not keyword.iskeyword(name)
 
 
 def singular(word: str) -> str:

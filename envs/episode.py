@@ -20,11 +20,10 @@ SandboxError until the next reset.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-from agentscaler.schemas import check
+from agentscaler.schemas import check, value_problem
 from envs import store
 from envs.fastcheck import flat_checker
 from envs.sandbox import RequestTooLarge, SandboxError, WorkerCrashed, WorkerProcess
@@ -37,19 +36,18 @@ STATE_TIMEOUT = 120.0  # reset / restore / snapshot on big databases
 _SEED = object()  # Environment._image: the state is the seed
 
 
-def _nonfinite(value: Any) -> bool:
-    """True when value holds a NaN or an infinity (not JSON; NaN passes every numeric bound)."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, float):
-            if not math.isfinite(v):
-                return True
-        elif isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-    return False
+def _unpack(call: Any, pairs: bool = False) -> tuple[Any, Any] | ToolResult:
+    """(name, arguments) of one tool call: an object with .name/.arguments, {"name", "arguments"},
+    the OpenAI {"function": {...}} shape, or (with pairs) a (name, arguments) pair; else a tool error."""
+    if hasattr(call, "name") and hasattr(call, "arguments"):
+        return call.name, call.arguments
+    fn = call.get("function", call) if isinstance(call, dict) else None
+    if isinstance(fn, dict):
+        return fn.get("name"), fn.get("arguments")
+    if pairs and isinstance(call, (tuple, list)) and len(call) == 2:
+        return call[0], call[1]
+    shown = type(fn if isinstance(call, dict) else call).__name__
+    return ToolResult(False, None, f"a tool call must be an object with name and arguments, got {shown}")
 
 
 def _same_output(a: Any, b: Any) -> bool:
@@ -197,13 +195,16 @@ class Environment:
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except ValueError as exc:
                 return None, ToolResult(False, None, f"arguments of {name} are not valid JSON: {exc}")
+            except RecursionError:
+                return None, ToolResult(False, None, f"arguments of {name} nest too deeply to read")
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
             return None, ToolResult(False, None, f"arguments of {name} must be a JSON object, "
                                                  f"got {type(arguments).__name__}")
-        if _nonfinite(arguments):
-            return None, ToolResult(False, None, f"arguments of {name} hold NaN or Infinity, which are not JSON numbers")
+        problem = value_problem(arguments)  # before any check: every check may recurse into the value
+        if problem is not None:
+            return None, ToolResult(False, None, f"invalid arguments for {name}: {problem}")
         fast = self._fast.get(name)
         if fast is not None and fast(arguments):
             return name, arguments
@@ -233,7 +234,7 @@ class Environment:
         except RequestTooLarge as exc:  # nothing was sent
             self._image = before
             return ToolResult(False, None, f"arguments of {name} are too large: {exc}")
-        except (TypeError, ValueError) as exc:  # raised while encoding, before anything was sent
+        except (TypeError, ValueError, RecursionError) as exc:  # raised while encoding, before anything was sent
             self._image = before
             return ToolResult(False, None, f"arguments of {name} are not JSON-serializable: {exc}")
         except WorkerCrashed as exc:
@@ -248,27 +249,19 @@ class Environment:
     def step(self, tool_call: Any) -> ToolResult:
         """call() taking one tool call: {"name", "arguments"}, the OpenAI {"function": {...}} shape,
         or an object with .name/.arguments."""
-        if hasattr(tool_call, "name") and hasattr(tool_call, "arguments"):
-            return self.call(tool_call.name, tool_call.arguments)
-        if not isinstance(tool_call, dict):
-            return ToolResult(False, None, f"a tool call must be an object with name and arguments, got "
-                                           f"{type(tool_call).__name__}")
-        fn = tool_call.get("function", tool_call)
-        return self.call(fn.get("name"), fn.get("arguments"))
+        got = _unpack(tool_call)
+        return got if isinstance(got, ToolResult) else self.call(*got)
 
     def call_batch(self, calls: list[Any]) -> list[ToolResult]:
         """Many calls in one pipe round trip (gold execution). Same results as calling one by one."""
         results: list[ToolResult | None] = [None] * len(calls)
         send: list[tuple[int, str, dict[str, Any]]] = []
         for i, c in enumerate(calls):
-            if hasattr(c, "name") and hasattr(c, "arguments"):
-                name, args = c.name, c.arguments
-            elif isinstance(c, dict):
-                fn = c.get("function", c)
-                name, args = fn.get("name"), fn.get("arguments")
-            else:
-                name, args = c
-            n, a = self._check(name, args)
+            got = _unpack(c, pairs=True)
+            if isinstance(got, ToolResult):
+                results[i] = got
+                continue
+            n, a = self._check(*got)
             if n is None:
                 results[i] = a  # type: ignore[assignment]
             else:

@@ -15,6 +15,21 @@ import time
 
 HEADER = struct.Struct(">II16s")
 NO_NONCE = bytes(16)  # the start-up report, sent before any tool code exists
+# A tool's result is read with json.loads (recursive) in the caller, maybe deep in its own stack:
+# the worker refuses results nested deeper than this.
+MAX_NESTING = 100
+
+
+def too_deep(value: object, limit: int = MAX_NESTING) -> bool:
+    """Do dicts/lists/tuples nest deeper than `limit` in value? Iterative, stops at the first too-deep one."""
+    stack = [(value, 1)]
+    while stack:
+        cur, d = stack.pop()
+        if isinstance(cur, (dict, list, tuple)):
+            if d > limit:
+                return True
+            stack.extend((v, d + 1) for v in (cur.values() if isinstance(cur, dict) else cur))
+    return False
 
 
 def spin_read(fd: int, n: int, spin_ns: int) -> bytes | None:

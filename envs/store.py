@@ -124,6 +124,7 @@ def render_models_py(spec: "DomainSpec") -> str:
             cls += "_"
         used.add(cls)
         lines += ["", "", f"class {cls}(Base):", f"    __tablename__ = {t.name!r}", ""]
+        attrs: set[str] = set()
         for c in t.columns:
             pk = c.name in t.primary_key
             py = _PY_TYPES[c.type]
@@ -138,9 +139,12 @@ def render_models_py(spec: "DomainSpec") -> str:
             if not opt and not pk:
                 args.append("nullable=False")
             note = "  # JSON text" if c.type == "json" else ("  # 0/1" if c.type == "boolean" else "")
-            attr = re.sub(r"\W", "_", c.name)
+            attr = re.sub(r"[^A-Za-z0-9_]", "_", c.name)  # ASCII only: Python folds other identifiers (NFKC)
             if not attr.isidentifier() or keyword.iskeyword(attr) or attr in _RESERVED:
                 attr = "col_" + attr
+            while attr in attrs:
+                attr += "_"
+            attrs.add(attr)
             if attr != c.name:
                 args.insert(0, repr(c.name))
             lines.append(f"    {attr}: Mapped[{py}{' | None' if opt else ''}] = mapped_column({', '.join(args)}){note}")

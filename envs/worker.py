@@ -33,7 +33,7 @@ import traceback
 from typing import Any
 
 from envs import store
-from envs.pipe import HEADER, NO_NONCE, spin_read
+from envs.pipe import HEADER, MAX_NESTING, NO_NONCE, spin_read, too_deep
 from envs.toolkit import DB, ToolError, guard_connection
 
 # Captured once: tool code rebinding json.loads / json.dumps does not reach the protocol.
@@ -445,6 +445,8 @@ class Worker:
             return f"tool {name} returned a value that is not JSON: {type(exc).__name__}: {exc}", b""
         if len(text) > self.max_reply:
             return f"tool output too large ({len(text)} bytes > {self.max_reply})", b""
+        if text.count(b"[") + text.count(b"{") > MAX_NESTING and too_deep(out):  # counts: the cheap screen
+            return f"tool {name} returned a value nested deeper than {MAX_NESTING} levels", b""
         return None, text
 
     def _police_scratch(self, name: str) -> str | None:

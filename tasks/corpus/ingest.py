@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import orjson
 from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
-from agentscaler.schemas import SchemaChecker
+from agentscaler.schemas import SchemaChecker, nesting, schema_hazard
 from agentscaler.workspace import Workspace, atomic_write_json
 from tasks.corpus.common import MAX_DEPTH, LoadIssue, RawTool
 from tasks.corpus.loaders import FORMATS, load_file
@@ -37,7 +38,9 @@ MAX_ERRORS_KEPT = 500
 # rejection reasons that mean "malformed input" (listed in errors, fail --strict);
 # the others are quality filters from the paper (counted, not errors)
 MALFORMED = {"unreadable_file", "empty_file", "malformed_json", "malformed_tool", "unknown_format",
-             "invalid_schema", "unnamed_parameter", "duplicate_parameter", "bad_name", "too_deep", "oversized"}
+             "invalid_schema", "unnamed_parameter", "duplicate_parameter", "bad_name", "too_deep", "oversized",
+             # schemas whose checks would not end or could take minutes (agentscaler.schemas.schema_hazard)
+             "bad_ref", "cyclic_ref", "ref_fanout", "unsafe_pattern"}
 QUALITY = {"no_description", "trivial_description", "too_many_parameters", "duplicate"}
 
 class IngestError(RuntimeError):
@@ -55,14 +58,21 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 def normalize_name(source_name: str) -> str | None:
     """A Python-identifier tool name (tool code defines one function per tool, named as the tool):
-    non [A-Za-z0-9_] runs become '_', long names are cut and suffixed with a hash. None if nothing
-    identifier-like is left (empty, only symbols or non-Latin letters, starts with a digit)."""
-    s = _MULTI_US.sub("_", _NON_IDENT.sub("_", source_name or "")).strip("_")
+    non [A-Za-z0-9_] runs become '_', long names are cut and suffixed with a hash. A name spelled
+    with anything but ASCII (a zero-width space, fullwidth or look-alike letters) folds to ASCII
+    (NFKC) and always carries a hash of its spelling, so it never takes the plain name of the tool
+    it looks like. None if nothing identifier-like is left (empty, only symbols or non-Latin
+    letters, starts with a digit)."""
+    source_name = source_name or ""
+    folded = source_name if source_name.isascii() else unicodedata.normalize("NFKC", source_name)
+    s = _MULTI_US.sub("_", _NON_IDENT.sub("_", folded)).strip("_")
     if not s:
         return None
     if keyword.iskeyword(s):
         s += "_"
-    if len(s) > 64:
+    if not source_name.isascii():
+        s = s[:55].rstrip("_") + "_" + content_hash(source_name, 8)
+    elif len(s) > 64:
         s = s[:55].rstrip("_") + "_" + content_hash(source_name, 8)
     return s if _IDENT.match(s) else None
 
@@ -70,22 +80,6 @@ def normalize_name(source_name: str) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # checks
 # ---------------------------------------------------------------------------------------------
-
-def _depth(obj: Any, limit: int) -> int:
-    """Nesting depth of dicts/lists, iteratively (a hostile file must not blow the C stack)."""
-    stack = [(obj, 1)]
-    deepest = 0
-    while stack:
-        cur, d = stack.pop()
-        deepest = max(deepest, d)
-        if deepest > limit:
-            return deepest
-        if isinstance(cur, dict):
-            stack.extend((v, d + 1) for v in cur.values() if isinstance(v, (dict, list)))
-        elif isinstance(cur, list):
-            stack.extend((v, d + 1) for v in cur if isinstance(v, (dict, list)))
-    return deepest
-
 
 def type_label(schema: Any) -> str:
     if not isinstance(schema, dict):
@@ -131,7 +125,7 @@ def check_tool(raw: RawTool, checker: SchemaChecker) -> tuple[Candidate | None, 
     params = raw.parameters
     if not isinstance(params, dict):
         return None, "invalid_schema", "parameters is not a JSON object"
-    if _depth(params, MAX_DEPTH + 2) > MAX_DEPTH + 1:
+    if nesting(params, MAX_DEPTH + 2) > MAX_DEPTH + 1:
         return None, "too_deep", f"parameters nest deeper than {MAX_DEPTH} levels"
     if params.get("type", "object") != "object":
         return None, "invalid_schema", f"parameters type is {params.get('type')!r}, not 'object'"
@@ -157,7 +151,7 @@ def check_tool(raw: RawTool, checker: SchemaChecker) -> tuple[Candidate | None, 
         if len(set(req)) != len(req):
             params["required"] = list(dict.fromkeys(req))
     returns = raw.returns if isinstance(raw.returns, dict) and raw.returns else None
-    if returns is not None and _depth(returns, MAX_DEPTH + 2) > MAX_DEPTH + 1:
+    if returns is not None and (nesting(returns, MAX_DEPTH + 2) > MAX_DEPTH + 1 or schema_hazard(returns)):
         returns = None
     try:  # orjson also refuses lone surrogates and >64-bit ints, which could not be written back
         p_text = orjson.dumps(params)
@@ -168,6 +162,9 @@ def check_tool(raw: RawTool, checker: SchemaChecker) -> tuple[Candidate | None, 
         return None, "invalid_schema", f"not serializable as UTF-8 JSON: {str(exc)[:200]}"
     if len(p_text) + len(r_text) > MAX_SPEC_BYTES:
         return None, "oversized", f"schema is {len(p_text) + len(r_text)} bytes (limit {MAX_SPEC_BYTES})"
+    hazard = schema_hazard(params)
+    if hazard:
+        return None, hazard[0], f"parameters: {hazard[1]}"
     err = checker.error(params)
     if err:
         return None, "invalid_schema", f"parameters are not valid JSON Schema: {err}"
@@ -213,10 +210,11 @@ def infer_returns(name: str, description: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 def _assign_names(cands: list[Candidate], taken: set[str]) -> list[tuple[Candidate, str]]:
-    """Unique names, deterministic for a given set: in key order, the first keeps its base name,
-    a later collision gets `_<6 hex of its key>` (then 10 hex, then the whole key)."""
+    """Unique names, deterministic for a given set: a tool whose source name is exactly its base
+    name claims it first, then the others in key order; a later collision gets `_<6 hex of its
+    key>` (then 10 hex, then the whole key)."""
     out = []
-    for c in sorted(cands, key=lambda c: c.key):
+    for c in sorted(cands, key=lambda c: (c.raw.source_name != c.name, c.key)):
         name = c.name
         for n in (6, 10, 16):
             if name not in taken:

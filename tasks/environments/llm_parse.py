@@ -3,8 +3,8 @@
 A reply must be exactly what was asked: the tables JSON (checked against a JSON Schema and
 envs.spec.TableSpec), one ```python block of tool code, the rows JSON (checked against the
 tables). A malformed reply is a StepError with its raw text kept, never repaired into data.
-Generated code is only `compile()`d and walked as an AST here: imports outside ALLOWED_IMPORTS,
-dangerous builtins and dunder attributes are rejected before it can reach the sandbox.
+Generated code is only `compile()`d and walked as an AST here: what it may import, name and reach
+(tasks.environments.codecheck) is checked before it can reach the sandbox.
 """
 
 from __future__ import annotations
@@ -17,15 +17,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentscaler.llm import LLMFormatError, parse_json_reply
+from agentscaler.naming import ascii_identifier
 from envs.spec import TableSpec, ToolSpec
+from tasks.environments.codecheck import ALLOWED, code_problems
 from tasks.environments.validate import check_signature, functions
 
-ALLOWED_IMPORTS = frozenset({"envs.toolkit", "json", "re", "math", "datetime", "decimal", "itertools",
-                             "collections", "functools", "string", "statistics", "typing", "__future__"})
-FORBIDDEN_NAMES = frozenset({"exec", "eval", "compile", "open", "__import__", "getattr", "setattr", "delattr",
-                             "vars", "locals", "input", "breakpoint", "memoryview", "help", "exit", "quit",
-                             "__builtins__", "__loader__", "__spec__"})
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ALLOWED_IMPORTS = frozenset(ALLOWED)  # (tasks.environments.codecheck: the names allowed from each)
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)\n?```", re.DOTALL)
 
 
@@ -75,8 +72,8 @@ def parse_tables(text: str | None, tool_names: list[str]) -> tuple[list[TableSpe
     for t in tables:
         cols = [c.name for c in t.columns]
         for n in [t.name, *cols]:
-            if not _IDENT.match(n):
-                problems.append(f"name {n!r} (table {t.name}) is not a plain identifier")
+            if not ascii_identifier(n):
+                problems.append(f"name {n!r} (table {t.name}) is not a plain ASCII identifier")
         if len(set(cols)) != len(cols):
             problems.append(f"table {t.name}: duplicate column names")
         missing = [k for k in t.primary_key if k not in cols]
@@ -112,46 +109,16 @@ def extract_code(text: str | None) -> str:
     return blocks[0].group(1) + "\n"
 
 
-def _globals_alias_calls(tree: ast.Module) -> set[int]:
-    """ids of the `globals()` calls used only as `globals()["odd-name"] = fn` at module level."""
-    ok = set()
-    for n in tree.body:
-        if (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Subscript)
-                and isinstance(n.targets[0].value, ast.Call) and isinstance(n.targets[0].value.func, ast.Name)
-                and n.targets[0].value.func.id == "globals" and not n.targets[0].value.args
-                and isinstance(n.targets[0].slice, ast.Constant) and isinstance(n.value, ast.Name)):
-            ok.add(id(n.targets[0].value.func))
-    return ok
-
-
 def static_check(code: str, tools: list[ToolSpec]) -> list[str]:
-    """Problems of generated tool code found without running it: syntax (compile only), imports
-    outside ALLOWED_IMPORTS, dangerous builtins, dunder attributes, missing functions, signatures."""
+    """Problems of generated tool code found without running it: syntax (compile only), then what the
+    code may spell, import, name and reach (tasks.environments.codecheck), then missing functions
+    and signatures."""
     try:
         compile(code, "tools.py", "exec", dont_inherit=True)  # syntax only: the code object is dropped
         tree = ast.parse(code)
     except (SyntaxError, ValueError) as exc:
         return [f"syntax error line {getattr(exc, 'lineno', '?')}: {getattr(exc, 'msg', exc)}"]
-    problems: list[str] = []
-    aliases = _globals_alias_calls(tree)
-    for node in ast.walk(tree):
-        where = f"line {getattr(node, 'lineno', '?')}"
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name not in ALLOWED_IMPORTS:
-                    problems.append(f"{where}: import {a.name} is not allowed (allowed: {sorted(ALLOWED_IMPORTS)})")
-        elif isinstance(node, ast.ImportFrom):
-            if node.level or node.module not in ALLOWED_IMPORTS:
-                problems.append(f"{where}: from {'.' * node.level}{node.module or ''} import ... is not allowed")
-        elif isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id == "globals"):
-            if id(node) not in aliases:
-                problems.append(f"{where}: use of {node.id} is not allowed")
-        elif isinstance(node, ast.Attribute) and node.attr.startswith("__"):
-            problems.append(f"{where}: dunder attribute .{node.attr} is not allowed")
-        elif isinstance(node, ast.Attribute) and node.attr == "conn":
-            problems.append(f"{where}: .conn is not allowed (use the db helper methods)")
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            problems.append(f"{where}: global/nonlocal state is not allowed")
+    problems = code_problems(tree, code)
     if problems:
         return problems
     fns = functions(code)

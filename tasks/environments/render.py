@@ -4,9 +4,9 @@ here (only the sandbox worker runs it)."""
 
 from __future__ import annotations
 
-import keyword
 from typing import Any
 
+from agentscaler.naming import ascii_identifier, snake
 from agentscaler.schemas import is_valid
 from tasks.environments.plan import TERMINAL, Entity, Plan, column_name, schema_type
 
@@ -15,7 +15,9 @@ _PY_RESERVED = {"db", "params", "ToolError", "str", "isinstance", "len", "float"
                 "min", "max", "print", "object", "super", "globals"}
 
 def _pyname(name: str) -> bool:
-    return name.isidentifier() and not keyword.iskeyword(name) and name not in _PY_RESERVED and not name.startswith("_")
+    """May the template spell this parameter or tool name as an identifier (else: **params, a
+    globals() alias)? agentscaler.naming.ascii_identifier, and not a name the template uses."""
+    return ascii_identifier(name) and name not in _PY_RESERVED and not name.startswith("_")
 
 
 _PYTYPE = {"integer": "int", "number": "float", "boolean": "bool", "string": "str", "array": "list",
@@ -37,8 +39,12 @@ def _doc(text: str) -> str:
 def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
     e = entities[pl.entity]
     explicit = all(_pyname(p.name) for p in pl.params)
-    ref = (lambda p: p.name) if explicit else (lambda p: f"params.get({p.name!r})")
-    fname = pl.name if _pyname(pl.name) and not keyword.iskeyword(pl.name) else "tool_" + column_name(pl.name)
+    # Otherwise every parameter reaches the tool through **params and is read once into an ASCII
+    # local: a name is only ever a string literal in code, never an identifier or f-string text.
+    local = {p.name: f"arg_{i}" for i, p in enumerate(pl.params)}
+    ref = (lambda p: p.name) if explicit else (lambda p: local[p.name])
+    said = (lambda p: p.name) if explicit else (lambda p: snake(p.name) or "parameter")  # in messages
+    fname = pl.name if _pyname(pl.name) else "tool_" + column_name(pl.name)
     # signature: required first, then optional with defaults
     if explicit:
         sig = ["db"]
@@ -65,6 +71,7 @@ def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
             L.append(f"    for _name in {req!r}:")
             L.append("        if params.get(_name) is None:")
             L.append('            raise ToolError(f"missing required field {_name}")')
+        L += [f"    {local[p.name]} = params.get({p.name!r})" for p in pl.params]
     T = repr(e.table)
     what = e.name.replace("_", " ")
 
@@ -97,7 +104,7 @@ def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
             L.append(f"    row = _one(db, {T}, {e.pk!r}, {ref(pk)}, {what!r})")
             for p in fks:
                 L.append(f"    if {ref(p)} is not None and not _same(row.get({p.column!r}), {ref(p)}):")
-                L.append(f"        raise ToolError(f\"{what} {{{ref(pk)}}} does not belong to {p.name} {{{ref(p)}}}\")")
+                L.append(f"        raise ToolError(f\"{what} {{{ref(pk)}}} does not belong to {said(p)} {{{ref(p)}}}\")")
             return
         keys = fks + ([c for c in cols if schema_type(c.schema) in ("string", "integer", "boolean")]
                       if pl.action in ("delete", "status") else [])
@@ -126,7 +133,7 @@ def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
             L.append(f"    row = _one(db, {T}, {e.pk!r}, {ref(pk)}, {what!r})")
             for p in fks:
                 L.append(f"    if {ref(p)} is not None and not _same(row.get({p.column!r}), {ref(p)}):")
-                L.append(f"        raise ToolError(f\"{what} {{{ref(pk)}}} not found for {p.name} {{{ref(p)}}}\")")
+                L.append(f"        raise ToolError(f\"{what} {{{ref(pk)}}} not found for {said(p)} {{{ref(p)}}}\")")
             L.append("    return row")
     elif pl.action == "search":
         check_refs()

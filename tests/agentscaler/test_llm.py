@@ -205,6 +205,21 @@ def test_tool_call_arguments_must_be_a_json_object(args, why):
         parse_reply(completion(None, [tc("f", args)]))
 
 
+def test_deeply_nested_arguments_are_a_format_error():
+    """An agent's tool call nested 100,000 levels raised RecursionError out of parse_reply (the
+    rollout then ended as an environment failure); one nested 100 levels passed and could raise
+    later, when hashed or encoded from a deeper stack. Both are the model's format error now."""
+    deep = "[" * 100_000 + "]" * 100_000
+    for bad in (completion(None, [tc("f", '{"a": ' + deep + "}")]),
+                completion(None, [tc("f", '{"a": ' + "[" * 100 + "]" * 100 + "}")]),
+                completion('<tool_call>{"name": "f", "arguments": {"a": ' + deep + '}}</tool_call>')):
+        with pytest.raises(LLMFormatError, match="deep"):
+            parse_reply(bad)
+    assert parse_reply(completion(None, [tc("f", '{"a": ' + "[" * 30 + "]" * 30 + "}")])).tool_calls
+    with pytest.raises(LLMFormatError, match="deep"):
+        parse_json_reply(deep)
+
+
 def test_tool_calls_parse_to_dicts_and_message_round_trips():
     reply = parse_reply(completion(None, [tc("get_user", '{"user_id": "u1"}'), tc("ping", "{}", id_="call_2")]))
     assert reply.tool_calls == [{"id": "call_1", "name": "get_user", "arguments": {"user_id": "u1"}},

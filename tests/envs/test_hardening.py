@@ -139,6 +139,13 @@ return v""", {}),
     # class 6: commit before checks
     "write_bad_output": ("write", "db.update('users', {'user_id': 'u3'}, {'name': 'Changed'})\nx = []\nx.append(x)\nreturn x", {}),
     "write_huge_output": ("write", "db.update('users', {'user_id': 'u3'}, {'name': 'Changed'})\nreturn 'x' * (5 << 20)", {}),
+    # class 7: parent-side validation (schemas that hang or break the caller's check; deep outputs)
+    "deep_output": ("read", "x = []\nfor _ in range(n):\n    x = [x]\nreturn x", {"n": {"type": "integer"}}),
+    "count_items": ("read", "return len(items)", {"items": {"type": "array"}}),
+    "tree": ("read", "return 'ok'", {"node": {"type": "array", "items": {"$ref": "#/properties/node"}},
+                                     "size": {"type": "integer", "minimum": 0}}),
+    "catastrophic": ("read", "return code", {"code": {"type": "string", "pattern": "^(a+)+$"}}),
+    "slow_pattern": ("read", "return code", {"code": {"type": "string", "pattern": r"^[a-z]*[a-z]*[a-z]*[a-z]*[a-z]*\d$"}}),
     # class 10: signals to other processes
     "signal_others": ("read", """
 import ctypes, os
@@ -435,6 +442,90 @@ def test_a_write_that_fails_its_reply_checks_leaves_no_trace(env, attack):
     res = env.call(f"attack_{attack}", {})
     assert not res.ok, res
     assert env.state_hash() == seed_hash and env.diff() == []
+
+
+# --- class 7: parent-side validation and argument values ---------------------------------------
+
+def _at_depth(frames: int, fn):
+    """fn() called with `frames` more frames on the stack (a caller deep in asyncio, Prefect, ...)."""
+    return fn() if frames <= 0 else _at_depth(frames - 1, fn)
+
+
+def _deep(levels: int, leaf=None):
+    v = [] if leaf is None else leaf
+    for _ in range(levels):
+        v = [v]
+    return v
+
+
+@pytest.mark.timeout(60)
+def test_deeply_nested_arguments_are_a_tool_error(env):
+    """call()/step()/call_batch() promise never to raise: JSON text nested 100,000 levels raised
+    RecursionError out of json.loads, and a deep array passed the flat check and raised while the
+    request was encoded. Stopped by: the depth bound (agentscaler.schemas) before any check."""
+    text = "[" * 100_000 + "]" * 100_000
+    for res in (env.call("attack_count_items", text), env.call("attack_count_items", '{"items": ' + text + "}"),
+                env.step({"name": "attack_count_items", "arguments": text}),
+                env.call("attack_count_items", {"items": _deep(100_000)}),
+                env.call("attack_count_items", {"items": _deep(70)}),
+                *env.call_batch([("attack_count_items", {"items": _deep(100_000)})])):
+        assert not res.ok and ("deeper than" in res.error or "too deeply" in res.error), res
+    assert env.call("attack_count_items", {"items": _deep(30)}).content == 1
+    _normal_call_works(env)
+
+
+def test_malformed_tool_calls_are_tool_errors(env):
+    """step() and call_batch() raised AttributeError/TypeError on call shapes they did not expect."""
+    for call in ({"function": 5}, {"function": "get_user"}, {"name": "get_user", "function": None}, 5, None):
+        res = env.step(call)
+        assert isinstance(res.ok, bool) and not res.ok, (call, res)
+    results = env.call_batch([5, ("get_user",), {"function": []}, ("get_user", {"user_id": "u1"})])
+    assert [r.ok for r in results] == [False, False, False, True], results
+    _normal_call_works(env)
+
+
+@pytest.mark.timeout(60)
+def test_one_deep_argument_does_not_break_the_tool(env):
+    """A recursive parameter schema and a 5,000-level argument: RecursionError inside jsonschema
+    marked the *schema* malformed in a cache shared by the whole process, so every later call of
+    the tool, in any environment, failed with "invalid parameter schema"."""
+    res = env.call("attack_tree", {"node": _deep(5000), "size": 1})
+    assert not res.ok and "invalid parameter schema" not in res.error, res
+    res = env.call("attack_tree", {"node": [[]], "size": -1})
+    assert not res.ok and "minimum" in res.error, res
+    assert env.call("attack_tree", {"node": [[], [[]]], "size": 1}).ok
+
+
+@pytest.mark.timeout(60)
+def test_a_catastrophic_pattern_never_runs(env):
+    """`^(a+)+$` against 40 a's and a '!' backtracks 2^40 times in the caller's process (it ran for
+    hours). Stopped by: the schema check refuses the pattern; the tool's calls are tool errors."""
+    t0 = time.monotonic()
+    res = env.call("attack_catastrophic", {"code": "a" * 40 + "!"})
+    assert not res.ok and "invalid parameter schema" in res.error and "quantifier" in res.error, res
+    assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.timeout(60)
+def test_a_slow_pattern_is_stopped_at_the_deadline(env):
+    """Five adjacent `[a-z]*` pass the static screen but backtrack polynomially: minutes at 200
+    characters in the stdlib engine. Stopped by: the check's deadline (every regex runs under it)."""
+    t0 = time.monotonic()
+    res = env.call("attack_slow_pattern", {"code": "a" * 20_000})
+    assert not res.ok and "longer than" in res.error, res
+    assert time.monotonic() - t0 < 30
+    assert env.call("attack_slow_pattern", {"code": "abc1"}).ok
+
+
+def test_a_deep_tool_output_does_not_crash_the_reader(env):
+    """A tool returns a list nested 950 levels: the worker encodes it, and the caller's json.loads
+    raised RecursionError when it read `content` from a deep stack (a rollout under asyncio).
+    Stopped by: the worker refuses outputs nested deeper than envs.pipe.MAX_NESTING."""
+    res = env.call("attack_deep_output", {"n": 950})
+    got = _at_depth(300, lambda: (res.ok, res.error, res.content if res.ok else None))
+    assert got[0] is False and "deeper than" in got[1], got[:2]
+    assert env.call("attack_deep_output", {"n": 50}).ok
+    _normal_call_works(env)
 
 
 # --- class 10: smaller ones ------------------------------------------------------------------------

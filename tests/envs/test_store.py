@@ -59,6 +59,20 @@ def test_render_models_py_is_valid_sqlalchemy(tmp_path):
     assert {fk.target_fullname for fk in tables["orders"].foreign_keys} == {"users.user_id", "products.product_id"}
 
 
+def test_models_py_uses_ascii_attributes_only():
+    """Issue 22 class 8: a column named `ｎａｍｅ` became the attribute `ｎａｍｅ`, which Python
+    reads as `name`: it silently replaced the real `name` column's attribute."""
+    spec = shop_spec().model_copy(deep=True)  # the fixture's tables are shared
+    users = spec.table("users")
+    users.columns.append(users.columns[1].model_copy(update={"name": "ｎａｍｅ"}))
+    src = render_models_py(spec)
+    tree = ast.parse(src)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Users")
+    attrs = [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)]
+    assert len(attrs) == len(set(attrs)) == len(users.columns), attrs
+    assert src.count("ｎａｍｅ") == 1 and all(a.isascii() for a in attrs)  # the column keeps its name, quoted
+
+
 def test_episode_copy_never_touches_seed(tmp_path):
     dest = build_shop(tmp_path / "shop")
     seed = dest / "seed.sqlite"

@@ -77,6 +77,24 @@ def test_collisions_are_disambiguated_deterministically():
     assert names[0] == "search" and names[1].startswith("search_") and len(names[1]) == len("search_") + 6
 
 
+def test_a_look_alike_never_takes_the_real_name():
+    """Issue 22 class 8: `get<zero-width space>_user` normalized to `get_user`; whichever key
+    sorted first took the plain name, so a look-alike could push the real tool to `get_user_<hash>`,
+    and one ingested earlier kept the name when the real one arrived later. Now a name spelled
+    with anything but ASCII always carries a hash of its own spelling."""
+    real = raw("get_user", "Get a user's profile by its id.")
+    looks = [raw("get\u200b_user", f"Get a user's profile by its id (mirror {i}).") for i in range(8)]
+    tools, _, _ = build_corpus([*looks, real])
+    names = {t.name: t.source_name for t in tools}
+    assert names["get_user"] == "get_user" and len(names) == 9
+    assert all(n.isascii() and n.isidentifier() for n in names)
+    first, _, _ = build_corpus(looks[:1])  # the look-alike comes first, in an earlier ingest
+    both, new, _ = build_corpus([real], existing=first)
+    assert [t.name for t in new] == ["get_user"] and first[0].name.startswith("get_user_")
+    assert normalize_name("ｇｅｔ_ｕｓｅｒ").startswith("get_user_")  # fullwidth folds, and is marked as folded
+    assert normalize_name("ｇｅｔ_ｕｓｅｒ") != normalize_name("get\u200b_user")
+
+
 @pytest.mark.parametrize("tool,reason", [
     (raw(desc=""), "no_description"),
     (raw(desc="get"), "trivial_description"),
@@ -92,6 +110,16 @@ def test_collisions_are_disambiguated_deterministically():
     (raw(params={"type": "object", "properties": {}, "required": ["ghost"]}), "invalid_schema"),
     (raw(desc="x " * 5000), "oversized"),
     (raw(problem="too_deep: schema nested deeper than 24 levels"), "too_deep"),
+    # issue 22 class 7: schemas whose checks would not end, or would backtrack for minutes
+    (raw(params={"type": "object", "properties": {"a": {"$ref": "#/$defs/x"}},
+                 "$defs": {"x": {"anyOf": [{"$ref": "#/$defs/x"}]}}}), "cyclic_ref"),
+    (raw(params={"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}), "bad_ref"),
+    (raw(params={"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}), "bad_ref"),
+    (raw(params={"type": "object", "properties": {"a": {"$ref": "#/$defs/d0"}}, "$defs": {
+        **{f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(12)}, "d12": {}}}), "ref_fanout"),
+    (raw(params={"type": "object", "properties": {"a": {"type": "string", "pattern": "^(a+)+$"}}}), "unsafe_pattern"),
+    (raw(params={"type": "object", "properties": {"a": {"type": "object", "patternProperties": {"(x|xy)*z": {}}}}}),
+     "unsafe_pattern"),
 ])
 def test_filters_count_each_reason(tool, reason):
     tools, _, report = build_corpus([tool])

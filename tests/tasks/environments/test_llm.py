@@ -162,6 +162,21 @@ def test_static_check_accepts_contract_code_and_globals_alias():
     assert any("globals" in p for p in static_check("def f(db):\n    return globals()\n", []))
 
 
+def test_generated_code_uses_only_ascii_identifiers():
+    """Issue 22 class 8: Python folds identifiers (NFKC), so `ｇｅｔ_ｕｓｅｒ = ...` in generated code
+    rebinds the tool `get_user` while reading as another name; a table named "users\\n" passed
+    the identifier check (`$` matches before a final newline)."""
+    kinds = {"get_user": "read", "search_products": "read", "place_order": "write"}
+    code = extract_code(GOOD_CODE) + "\n\nｇｅｔ_ｕｓｅｒ = lambda db, user_id: {'user_id': 'forged'}\n"
+    assert any("ASCII" in p for p in static_check(code, _specs(kinds)))
+    odd = ToolSpec(name="note", description="x", kind="read",
+                   parameters={"type": "object", "properties": {"ｔｉｔｌｅ": {"type": "string"}}})
+    assert static_check("def note(db, **params):\n    return params.get('ｔｉｔｌｅ')\n", [odd]) == []
+    for bad in ('"users\\n"', '"ｕｓｅｒｓ"'):
+        with pytest.raises(StepError, match="identifier"):
+            parse_tables(TABLES.replace('"users"', bad, 1), NAMES)
+
+
 # --- the loop (scripted replies; validation runs for real in the sandbox) ---------------------------
 def test_buggy_code_is_repaired_in_round_two():
     client = ScriptedClient([TABLES, BUGGY_CODE, ROWS, GOOD_CODE])

@@ -4,9 +4,11 @@ failures reported, and the CLI (`synthesize`, `show domain --json`)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import tokenize
 
 import pytest
 from typer.testing import CliRunner
@@ -15,6 +17,7 @@ from agentscaler.artifacts import save_tools
 from agentscaler.catalog import Catalog
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace, atomic_write_json
+from envs.episode import Environment
 from envs.sandbox import unsafe_from_env
 from envs.spec import DomainSpec
 from tasks.environments.synthesis import SynthesisError
@@ -157,3 +160,33 @@ def test_cli_synthesize_and_show_domain(tmp_path):
     assert all(set(t) >= {"name", "kind", "executes"} for t in shown["tools"])
     assert {t["name"] for t in shown["tables"]} >= {"users", "orders", "products"}
     assert runner.invoke(app, ["-w", str(ws.root), "show", "domain", "nope", "--json"]).exit_code == 1
+
+
+def test_parameter_names_that_are_not_ascii_identifiers_reach_the_tool(tmp_path):
+    """Issue 22 class 8: Python folds identifiers (NFKC), so a parameter `ｄｂ` *is* `db` in code:
+    tools.py failed to compile (duplicate argument) and every tool of the domain broke; `ｒｏｗ`
+    became the template's local `row` (the tool put the row inside itself). Generated code uses ASCII
+    identifiers only; such parameters reach the tool through **params (run in the sandbox)."""
+    quoted = 'Note "\\\' {}\n_Id'  # a corpus name is any string (this one means note_id): it went into f-strings
+    tools = [T("create_note", {"note_id": {"type": "string"}, "ｄｂ": {"type": "string"},
+                               "ｒｏｗ": {"type": "string"}, "title": {"type": "string"}}, ["note_id", "ｄｂ"]),
+             T("get_note", {"note_id": {"type": "string"}}, ["note_id"]),
+             T("add_note", {quoted: {"type": "string"}, "title": {"type": "string"}}, [quoted])]
+    record = {"domain": "dnotes001", "tools": [t.id for t in tools], "names": [t.name for t in tools], "edges": []}
+    ws = Workspace(tmp_path / "ws")
+    spec = synthesize_domain(ws, record, tools, unsafe=UNSAFE)
+    code = (ws.domain_dir(spec.id) / "tools.py").read_text()
+    compile(code, "tools.py", "exec", dont_inherit=True)  # compiled only, never run here
+    names = {t.string for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type == tokenize.NAME}
+    assert all(n.isascii() for n in names), sorted(n for n in names if not n.isascii())
+    assert spec.report["executes"] == 3, spec.report["validation"]["failures"]
+    with Environment.open(ws.domain_dir(spec.id), unsafe=UNSAFE) as env:
+        env.reset()
+        made = env.call("create_note", {"note_id": "n9", "ｄｂ": "from-db", "ｒｏｗ": "from-row", "title": "t"})
+        assert made.ok, made.error
+        got = env.call("get_note", {"note_id": "n9"}).content
+        assert "from-db" in got.values() and "from-row" in got.values(), got
+        again = env.call("add_note", {quoted: "n9", "title": "t"})
+        assert not again.ok and "already exists" in again.error, again
+        assert env.call("add_note", {quoted: "n10", "title": "t2"}).ok
+        assert env.call("get_note", {"note_id": "n10"}).content["title"] == "t2"
