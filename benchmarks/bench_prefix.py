@@ -13,7 +13,7 @@ one run (arms alternate when --repeats > 1), and reports per arm: median and mea
 tokens evaluated vs served from the cache (the server's timings), and schema-valid calls.
 
     .venv/bin/python benchmarks/bench_prefix.py --workspace WS [--domains 10] [--per-domain 3] [--trials 1]
-        [--threads 2] [--out benchmarks/results/prefix.md]
+        [--threads N] [--out benchmarks/results/prefix.md]
 """
 
 from __future__ import annotations
@@ -106,7 +106,9 @@ def main() -> None:
     ap.add_argument("--per-domain", type=int, default=3)
     ap.add_argument("--trials", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=1, help="before/after pairs (arms alternate)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="decode and prompt threads (default: the server's own, 1 decode thread and one prompt thread "
+                         "per core; two decode threads on a loaded 2-core machine decode 20-30x slower)")
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--model", default=None, help="GGUF (default: the shipped SmolLM2-135M Q4_1)")
     ap.add_argument("--out", default=None, help="append a markdown section to this file")
@@ -142,8 +144,8 @@ def main() -> None:
     print(json.dumps(out, indent=1))
     if a.out:
         lines = [f"\n## {time.strftime('%Y-%m-%d %H:%M')} — {out['scenarios']} held-out single-call scenarios from "
-                 f"{out['domains']} domains x {a.trials} trial(s), forced tool call, {out['model']}, {a.threads} "
-                 f"threads, n_ctx {a.n_ctx}", "",
+                 f"{out['domains']} domains x {a.trials} trial(s), forced tool call, {out['model']}, threads {a.threads or 'server default'}"
+                 f", n_ctx {a.n_ctx}", "",
                  f"Load average (1/5/15 min) {out['load_before']} before, {out['load_after']} after; median domain "
                  f"prompt {out['prompt_tokens_median']} tokens; {out['skipped_too_long']} scenarios skipped (prompt "
                  f"over the context).", "",

@@ -74,3 +74,15 @@ def test_rejection_sampling_collects_labels_and_counts_apart(ws, prefect_harness
     assert f["trajectories_gold_replay"] == gold["written"]
     assert f["sft_rows_experience"] + f["sft_rows_gold_replay"] == f["sft_rows"] == len(rows)
     assert json.loads((ws.sft_dir / "report.json").read_text())["kept_by_origin"]["stage1"]
+
+
+@pytest.mark.parametrize("args", [["--samples", "2", "--split", "heldout"], ["--samples", "0"]])
+def test_cli_collect_refuses_held_out_or_no_samples(ws, args):
+    """The command line refuses before any flow runs (no run record, no rollouts written)."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    res = CliRunner().invoke(app, ["-w", str(ws.root), "collect", "--llm", "http://127.0.0.1:9", *args, "--json"])
+    assert res.exit_code == 2 and "needs N >= 1 and the train split" in res.output, res.output
+    assert not any((ws.root / "rollouts").iterdir())
