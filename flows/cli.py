@@ -25,10 +25,10 @@ from rich.table import Table
 from agentscaler.artifacts import load_domains, load_scenarios
 from agentscaler.catalog import Catalog
 from agentscaler.corpora import CORPORA, fetch
-from agentscaler.endpoints import serve
+from agentscaler.endpoints import is_local, runtime_label, serve
 from agentscaler.llm_server import LLMServerError, local_server
 from agentscaler.settings import Settings, configure_prefect_env
-from agentscaler.workspace import Workspace
+from agentscaler.workspace import Workspace, atomic_write_json
 from tasks.corpus.ingest import IngestError, format_report, ingest
 from tasks.corpus.loaders import FORMATS
 from tasks.environments.synthesis import SynthesisError
@@ -555,6 +555,9 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
     with _endpoint(llm, ws, checkpoint, engine, precision) as urls:
         rep = evaluate(ws, urls, model=model or "smollm2-135m", k=k, split=split, max_scenarios=max_scenarios,
                        tau2=tau2, run_id=run, cfg=cfg, concurrency=concurrency, agreement_sample=agreement_sample)
+    if is_local(llm):  # how the model was served (runtime, precision) travels with its scores
+        rep["runtime"] = runtime_label(checkpoint, engine, precision)
+        atomic_write_json(eval_path(ws, rep["run_id"]), rep)
     if as_json:
         emit(rep)
         return
