@@ -24,6 +24,7 @@ pytestmark = pytest.mark.skipif(unsafe_from_env() or not bwrap_works(),
 # attacks that pass the static check reach the sandbox; the others are stopped before it
 # (read_tool_writes is harmless: a read tool's transaction is rolled back, so that domain may pass)
 SANDBOX = ["sql_attach", "recursion", "huge_output", "memory"]
+PARENT = os.getppid()  # a kill_parent attack that escaped would re-parent this process
 STATIC = ["read_passwd", "subprocess", "fork_bomb", "write_host", "kill_parent", "forge_reply"]
 
 
@@ -37,7 +38,7 @@ def test_hostile_llm_code_fails_the_domain_and_never_escapes(tmp_path, attack):
     assert res["catalog"] == "failed" and res["catalog_error"], res  # failed, with the reason
     assert not res["spec"] and ws.domain_ids() == []
     assert canaries(tmp_path / "canary") == before  # host files untouched
-    assert os.getppid() > 1  # this process (and its parent) still alive
+    assert os.getppid() == PARENT  # this process (and its parent) still alive
 
 
 def test_hostile_llm_code_falls_back_to_rules(tmp_path):
