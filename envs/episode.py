@@ -20,6 +20,7 @@ SandboxError until the next reset.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -252,20 +253,24 @@ class Environment:
         got = _unpack(tool_call)
         return got if isinstance(got, ToolResult) else self.call(*got)
 
+    def _prepared(self, call: Any) -> tuple[str, Any] | ToolResult:
+        """(name, checked arguments) of one call as call_batch/replay take it, or its error result."""
+        got = _unpack(call, pairs=True)
+        if isinstance(got, ToolResult):
+            return got
+        n, a = self._check(*got)
+        return a if n is None else (n, a)
+
     def call_batch(self, calls: list[Any]) -> list[ToolResult]:
         """Many calls in one pipe round trip (gold execution). Same results as calling one by one."""
         results: list[ToolResult | None] = [None] * len(calls)
         send: list[tuple[int, str, dict[str, Any]]] = []
         for i, c in enumerate(calls):
-            got = _unpack(c, pairs=True)
+            got = self._prepared(c)
             if isinstance(got, ToolResult):
                 results[i] = got
-                continue
-            n, a = self._check(*got)
-            if n is None:
-                results[i] = a  # type: ignore[assignment]
             else:
-                send.append((i, n, a))  # type: ignore[arg-type]
+                send.append((i, *got))
         if send and self._failed:
             for i, _, _ in send:
                 results[i] = ToolResult(False, None, self._lost())
@@ -298,6 +303,79 @@ class Environment:
                 for i, n, a in send:
                     results[i] = self.call(n, a)
         return results  # type: ignore[return-value]
+
+    def replay(self, episodes: list[list[Any]], fresh: bool = False,
+               max_bytes: int = 64 << 20) -> Iterator[tuple[list[ToolResult], bytes | None]]:
+        """Each episode's calls (as for call_batch) from the seed: [(results, image)], the image
+        None when the episode committed no write (reads and failed calls are rolled back, so it
+        ended at the seed). Results are call()'s, text for text.
+
+        Verification's replay. By default many episodes share one sandbox child and one round trip
+        (up to 256, or max_bytes of images), each starting from the seed with tools.py run afresh,
+        so there is no fork per episode; what tool code changes outside its own module (a module
+        it patches, files in scratch) would reach later episodes of the same round trip.
+        fresh=True gives each episode a fresh child and runs its calls one by one, as a rollout
+        did. A round trip the child does not survive is redone that way. Results come
+        one round trip at a time, as they are iterated. The environment's own episode is over
+        once this starts: reset() before call()."""
+        self._failed = "the environment replayed other episodes since the last reset"
+        per = max(1, min(256, max_bytes // max(len(self._seed_bytes()), 1)))
+        for lo in range(0, len(episodes), per):
+            chunk = [[self._prepared(c) for c in calls] for calls in episodes[lo:lo + per]]
+            got = None if fresh else self._replay_shared(chunk)
+            if got is None:
+                got = [self._replay_fresh(ep) for ep in chunk]
+                self._failed = "the environment replayed other episodes since the last reset"
+            yield from got
+
+    def _replay_shared(self, episodes: list[list[tuple[str, Any] | ToolResult]]
+                       ) -> list[tuple[list[ToolResult], bytes | None]] | None:
+        """One round trip for many episodes in the current child; None if the child did not survive it."""
+        sends = [[[c[0], c[1], self._kinds[c[0]]] for c in ep if not isinstance(c, ToolResult)] for ep in episodes]
+        n_calls = sum(len(s) for s in sends)
+        self._image = None
+        try:
+            reply, payload = self.worker.request({"op": "episodes", "episodes": sends},
+                                                 timeout=self.worker.time_limit * n_calls + STATE_TIMEOUT)
+            eps = reply.get("episodes")
+            if not isinstance(eps, list) or len(eps) != len(episodes):
+                raise ValueError("episodes reply does not match the request")
+            out, at = [], 0
+            for ep, (results, size) in zip(episodes, eps):
+                it = iter(results)
+                res: list[ToolResult] = []
+                for c in ep:
+                    if isinstance(c, ToolResult):
+                        res.append(c)
+                        continue
+                    ok, val = next(it)
+                    if ok is True:
+                        res.append(ToolResult(True, None, None, raw=payload[at:at + val]))
+                        at += val
+                    else:
+                        res.append(ToolResult(False, None, str(val or "tool error")))
+                image = None
+                if size >= 0:
+                    image, at = payload[at:at + size], at + size
+                out.append((res, image))
+            if at != len(payload):
+                raise ValueError("episodes reply does not match its payload")
+            return out
+        except WorkerCrashed:  # the worker already holds a fresh child
+            return None
+        except (KeyError, TypeError, ValueError, AttributeError, StopIteration, RequestTooLarge):
+            self.worker.restarts += 1
+            self._fresh()
+            return None
+
+    def _replay_fresh(self, episode: list[tuple[str, Any] | ToolResult]) -> tuple[list[ToolResult], bytes | None]:
+        """One episode in a fresh child, call by call as a rollout runs it (the text of each result
+        is the worker's own, not re-encoded)."""
+        self.reset()
+        results = [c if isinstance(c, ToolResult) else self.call(*c) for c in episode]
+        wrote = any(r.ok and self._kinds[c[0]] == "write" for c, r in zip(episode, results)
+                    if not isinstance(c, ToolResult))
+        return results, (self.snapshot() if wrote else None)
 
     # state --------------------------------------------------------------------------------------
     def _fresh(self) -> None:
@@ -340,6 +418,10 @@ class Environment:
         if self._oracle is None:
             self._oracle = StateOracle(self.spec.tables, self._seed_bytes())
         return self._oracle
+
+    def state_oracle(self) -> StateOracle:
+        """The domain's state oracle (hash and diff of database images, in this process; built once)."""
+        return self._state()
 
     def _lost(self) -> str:
         return f"the episode's state was lost ({self._failed}); reset the environment"

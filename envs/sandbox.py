@@ -479,6 +479,8 @@ class WorkerProcess:
             return 65536, self.max_state, 0
         if op == "snapshot":
             return 65536, 0, self.max_state
+        if op == "episodes":
+            return self.max_state, 0, self.max_state
         return 65536, 0, 0
 
     def request(self, obj: dict[str, Any], payload: bytes = b"", timeout: float | None = None) -> tuple[dict, bytes]:
@@ -502,7 +504,7 @@ class WorkerProcess:
         if len(body) > max_body or len(payload) > max_payload:
             raise RequestTooLarge(f"{op} request too large ({len(body)} + {len(payload)} bytes > "
                                   f"{max_body} + {max_payload})")
-        if op in ("call", "batch"):
+        if op in ("call", "batch", "episodes"):
             self.tainted = True
         nonce = os.urandom(16)
         deadline = time.monotonic() + (self.time_limit + self.grace if timeout is None else timeout)

@@ -436,6 +436,36 @@ class Worker:
             return {"ok": False, "error": err}, b""
         return {"ok": True, "content": out}, text
 
+    def run_episodes(self, episodes: list[list[list[Any]]]) -> tuple[dict[str, Any], bytes]:
+        """Many episodes in this child, one after another, each from the seed and with tools.py run
+        afresh (its module globals do not carry over) — verification's replay, without a fork per
+        episode. The texts of successful calls and the database image of each episode that
+        committed a write go in the payload; the reply gives their lengths: per call [true, n] or
+        [false, error], per episode the image's length or -1 when nothing was committed (reads and
+        failed calls are rolled back: the episode ended at the seed)."""
+        conn, parts, out, dirty, ran = self.conn, [], [], True, False
+        for calls in episodes:
+            if conn.in_transaction:
+                conn.rollback()
+            if dirty:
+                self.guard.load(self.seed)
+            if ran:
+                self.tools = {}
+                self.load_tools()
+            results, dirty, ran = [], False, bool(calls)
+            for name, args, kind in calls:
+                res, text = self.run_tool(name, args, kind)
+                if res["ok"]:
+                    parts.append(text)
+                    results.append([True, len(text)])
+                    dirty = dirty or kind == "write"
+                else:
+                    results.append([False, res["error"]])
+            image = bytes(conn.serialize()) if dirty else b""
+            parts.append(image)
+            out.append([results, len(image) if dirty else -1])
+        return {"ok": True, "episodes": out}, b"".join(parts)
+
     def _encode(self, name: str, out: Any) -> tuple[str | None, bytes]:
         if isinstance(out, str) and len(out) > self.max_reply:  # the common case, caught before encoding
             return f"tool output too large ({len(out)} characters > {self.max_reply} bytes)", b""
@@ -494,6 +524,8 @@ class Worker:
             return ({"ok": True}, text) if res["ok"] else (res, b"")
         if op == "batch":
             return {"ok": True, "results": [self.run_tool(n, a, k)[0] for n, a, k in req["calls"]]}, b""
+        if op == "episodes":
+            return self.run_episodes(req["episodes"])
         if op == "reset":
             if self.conn.in_transaction:
                 self.conn.rollback()

@@ -43,6 +43,7 @@ from tasks.rollouts.engine import run_rollouts
 from tasks.scenarios.build import build_all
 from tasks.sft.export import export_sft
 from tasks.sft.train import TrainingFailed, train_stage
+from tasks.verify.imports import import_run
 from tasks.verify.verify import verify_run
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="AgentScaler data factory.")
@@ -460,19 +461,33 @@ def rollout_cmd(llm: str = typer.Option("local", "--llm", help="OpenAI-compatibl
 
 
 @app.command("verify")
-def verify_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run)."),
+def verify_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run; with --import: import-<file hash>)."),
+               import_file: Optional[Path] = typer.Option(None, "--import", help="Verify OpenAI-format trajectories from this JSONL file against the workspace's scenarios (row format: tasks/verify/imports.py)."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Verdicts for a run's trajectories: funnel, reason codes, attribution, pass^k (rollouts/<run>/verify.json)."""
+    """Verdicts for a run's trajectories: every call replayed in the sandbox; funnel, reason codes, attribution, pass^k (rollouts/<run>/verify.json)."""
+    ws = Workspace(workspace_path())
+    imported = None
     try:
-        rep = verify_run(Workspace(workspace_path()), run)
-    except FileNotFoundError as e:
+        if import_file is not None:
+            imported = import_run(ws, import_file, run)
+            run = imported["run_id"]
+        rep = verify_run(ws, run)
+    except (FileNotFoundError, FileExistsError) as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(1)
+    if imported is not None:
+        rep["import"] = imported
     if as_json:
         emit(rep)
         return
     Console().print({k: rep[k] for k in ("run_id", "trajectories", "passed", "pass_rate", "funnel", "reasons",
                                          "attribution")})
+    Console().print({"replay": {k: v for k, v in rep["replay"].items() if k != "failed_domains"}
+                     | {"failed_domains": len(rep["replay"]["failed_domains"])}})
+    if imported is not None:
+        Console().print({"import": {k: imported[k] for k in ("file", "rows", "matched", "rejected")}})
+        for r in imported["rejected_rows"][:20]:
+            console.print(f"line {r['line']}: {r['reason']}: {r['detail']}", markup=False)
     Console().print({"pass^k": rep["pass^k"]["overall"], "by_gold_calls": rep["pass^k"]["by_gold_calls"]})
 
 

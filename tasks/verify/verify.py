@@ -1,18 +1,31 @@
 """Verification: which trajectories are good training data, why the others are not, and whose fault.
 
+Nothing a trajectory records is taken on its word where it can be checked: every trajectory's
+calls are replayed from the seed in its domain's sandbox (tasks.verify.replay), and the replay's
+results and final state are what is judged; the recorded tool messages and state hash are only
+compared with them.
+
 Checks, each a reason code on the Verdict:
 - malformed_dialogue: bad roles or order, a tool result without its call (or a call without its
   result), unparsable tool-call arguments, a malformed model reply, an empty turn;
 - unknown_tool / invalid_arguments: a call names no tool of the domain / fails its JSON Schema;
+- output_mismatch: a tool message differs from what its call returns on replay, after the one
+  encoding a rollout shows results with (envs.episode.ToolResult.text(): the JSON text, or
+  "Error: ..."), so a call shown as failed must fail on replay and one shown as done must succeed;
+- recorded_state_mismatch: the trajectory records a final state hash other than the replayed one;
 - repetition: the same call (name + arguments) or the same assistant text `max_repeats` times;
 - no_tool_calls: the scenario needs calls and the agent made none;
 - turn_limit / fatal_error: the conversation did not end with the user's stop;
-- state_mismatch: final state hash != gold hash (the field diff final vs gold goes on the Verdict);
-- call_mismatch (read-only scenarios): the agent's successful calls differ from the gold calls;
-  order matters only across writes (reads commute with reads); failed calls are allowed.
+- state_mismatch: the replayed final state's hash != gold hash (the field diff replayed vs gold goes
+  on the Verdict);
+- call_mismatch (read-only scenarios): the calls that succeeded on replay differ from the gold
+  calls; order matters only across writes (reads commute with reads); failed calls are allowed;
+- replay_failed: the domain's environment could not replay (its files or its sandbox);
+  unknown_scenario (reported apart): the trajectory names no scenario of the workspace.
 
-Attribution of a failure: `environment` (sandbox restarts, a sandbox or LLM-server failure),
-`agent` when the agent's prompt outgrew its model's context window (so a short-context baseline is
+Attribution of a failure: `environment` (sandbox restarts, a sandbox or LLM-server failure, tool
+code that answered differently on two replays or ran out of time on one side of a mismatch, a
+replay that could not run), `agent` when the agent's prompt outgrew its model's context window (so a short-context baseline is
 scored on the same scenarios as a long-context one, not excused), `user` (the user simulator's LLM
 failed; the agent asked, but the user never gave a fact the gold calls need and no tool output held it; the user
 left empty turns; the user quit while the agent was still doing an announced action and no
@@ -21,34 +34,45 @@ kept announcing without acting). Only passed trajectories become training data; 
 of pass^k (tasks.verify.passk).
 
 Outputs under rollouts/<run-id>/: verified.jsonl (one verdict row per trajectory), verify.json
-(funnel + pass^k), and trajectories.jsonl rewritten with the verdicts embedded (export reads
-them there) — all atomic; the rewrite is skipped while a rollout holds the run lock.
+(funnel + pass^k + replay counts), and trajectories.jsonl rewritten with the verdicts embedded
+(export reads them there) — all atomic; the rewrite is skipped while a rollout holds the run lock.
 """
 
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentscaler.artifacts import TRAJECTORIES, read_trajectories, scenario_map
+from agentscaler.artifacts import TRAJECTORIES, load_scenarios, read_trajectories
 from agentscaler.hashing import canonical_json
 from agentscaler.models import Scenario, Trajectory, Verdict
 from agentscaler.schemas import check
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl, atomic_write_text
+from envs.fastcheck import flat_checker
 from envs.spec import DomainSpec
 from tasks.rollouts.conversation import pending_write
 from tasks.verify.passk import passk_report
+from tasks.verify.replay import DomainReplay, Replayed, Replayer
 
-REASONS = ("malformed_dialogue", "unknown_tool", "invalid_arguments", "repetition", "no_tool_calls", "turn_limit",
-           "fatal_error", "state_mismatch", "call_mismatch")
+REASONS = ("malformed_dialogue", "unknown_tool", "invalid_arguments", "output_mismatch", "recorded_state_mismatch",
+           "repetition", "no_tool_calls", "turn_limit", "fatal_error", "state_mismatch", "call_mismatch",
+           "replay_failed")
 ROLES = ("system", "user", "assistant", "tool")
-FUNNEL = [("well_formed", {"malformed_dialogue", "unknown_tool", "invalid_arguments"}),
+FUNNEL = [("replayed", {"unknown_scenario", "replay_failed"}),
+          ("well_formed", {"malformed_dialogue", "unknown_tool", "invalid_arguments"}),
+          ("faithful", {"output_mismatch", "recorded_state_mismatch"}),
           ("no_repetition", {"repetition"}), ("acted", {"no_tool_calls"}),
           ("completed", {"turn_limit", "fatal_error"}), ("outcome_ok", {"state_mismatch", "call_mismatch"})]
+REPLAY_THREADS = 2  # domains replayed at once: one thread waits for its sandbox child while another works
+# A tool message that says the environment, not the call, failed (see attribute).
+ENVIRONMENT_ERRORS = ("sandbox was restarted", "exceeded its time limit")
 
 
 class DomainTools:
@@ -58,14 +82,25 @@ class DomainTools:
         self.kinds = {t.name: t.kind for t in spec.tools}
         # agentscaler.schemas: a malformed schema validates nothing, so every call of that tool is invalid
         self.checks = {t.name: check(t.parameters) for t in spec.tools}
+        # flat schemas: envs.fastcheck's yes agrees with jsonschema (which still decides every no)
+        self.fast = {n: f for n, c in self.checks.items() if c.problem is None
+                     and (f := flat_checker(c.schema)) is not None}
         self._seen: dict[str, bool] = {}  # call_key -> valid (the same calls recur across trials)
+        self._gold: dict[str, list[Any]] = {}  # scenario id -> segments of its gold calls
+
+    def gold_segments(self, scenario: Scenario) -> list[Any]:
+        seg = self._gold.get(scenario.id)
+        if seg is None:
+            seg = self._gold[scenario.id] = segments([(c.name, call_key(c.name, c.arguments))
+                                                      for c in scenario.gold_calls], self.kinds)
+        return seg
 
     def valid(self, name: str, args: dict[str, Any], key: str | None = None) -> bool:
         key = key or call_key(name, args)
         ok = self._seen.get(key)
         if ok is None:
-            c = self.checks.get(name)
-            ok = self._seen[key] = c is not None and c.is_valid(args)
+            c, fast = self.checks.get(name), self.fast.get(name)
+            ok = self._seen[key] = c is not None and ((fast is not None and fast(args)) or c.is_valid(args))
         return ok
 
 
@@ -88,16 +123,21 @@ def calls_match(agent: list[tuple[str, dict[str, Any]]], gold: list[tuple[str, d
                 kinds: dict[str, str]) -> bool:
     """Exact match of calls where only commuting calls may reorder: the sequences are cut at writes;
     writes must match in order, the reads between two writes as sets (a repeated read is harmless)."""
-    def segments(calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-        out: list[Any] = [set()]
-        for name, args in calls:
-            if kinds.get(name) == "write":
-                out.append(call_key(name, args))
-                out.append(set())
-            else:
-                out[-1].add(call_key(name, args))
-        return out
-    return segments(agent) == segments(gold)
+    return segments([(n, call_key(n, a)) for n, a in agent], kinds) == \
+        segments([(n, call_key(n, a)) for n, a in gold], kinds)
+
+
+def segments(keyed: list[tuple[str, str]], kinds: dict[str, str]) -> list[Any]:
+    """calls_match's form of a call sequence ((name, call_key) pairs): each write, and the set of
+    reads between two writes."""
+    out: list[Any] = [set()]
+    for name, key in keyed:
+        if kinds.get(name) == "write":
+            out.append(key)
+            out.append(set())
+        else:
+            out[-1].add(key)
+    return out
 
 
 def _args(raw: Any) -> dict[str, Any] | None:
@@ -114,11 +154,11 @@ def _args(raw: Any) -> dict[str, Any] | None:
     return None
 
 
-def state_diff(traj: Trajectory, scenario: Scenario) -> list[dict[str, Any]]:
+def state_diff(final_diff: list[dict[str, Any]], gold_diff: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Field diff final vs gold from the two seed diffs: [{table, key, column, expected, actual}]."""
     def index(diff: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         return {canonical_json([d.get("table"), d.get("key"), d.get("column")]): d for d in diff}
-    gold, final = index(scenario.gold_diff), index(traj.final_diff)
+    gold, final = index(gold_diff), index(final_diff)
     out = []
     for k in sorted(set(gold) | set(final)):
         g, f = gold.get(k), final.get(k)
@@ -131,20 +171,30 @@ def state_diff(traj: Trajectory, scenario: Scenario) -> list[dict[str, Any]]:
     return out
 
 
-def verify_trajectory(traj: Trajectory, scenario: Scenario, tools: DomainTools, max_repeats: int = 3) -> Verdict:
-    """The Verdict of one trajectory against its scenario (reason codes in REASONS order)."""
-    reasons: set[str] = set()
+@dataclass
+class Dialogue:
+    """What the static checks read from a trajectory: their reason codes, and every call to replay
+    (in order) with the tool message the dialogue shows for it."""
+
+    reasons: set[str]
+    calls: list[tuple[str, Any]] = field(default_factory=list)  # (name, arguments: the object, else as given)
+    keys: list[str | None] = field(default_factory=list)  # call_key of each call (None: arguments not an object)
+    shown: list[str | None] = field(default_factory=list)  # the tool message of each call (None: none)
+    user_texts: list[str] = field(default_factory=list)
+    tool_texts: list[str] = field(default_factory=list)
+    empty_user: bool = False
+
+
+def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools, max_repeats: int = 3) -> Dialogue:
+    """The static checks: everything that needs no replay (form, schemas, repetition, the end)."""
+    d = Dialogue(reasons=set())
+    reasons = d.reasons
     msgs = traj.messages
-    agent_calls: list[tuple[str, dict[str, Any]]] = []  # every call
-    ok_calls: list[tuple[str, dict[str, Any]]] = []  # calls whose tool result was not an error
-    pending: dict[str, tuple[str, dict[str, Any] | None]] = {}
+    pending: dict[str, int] = {}  # tool_call_id -> index of its call in d.calls
     call_counts: Counter = Counter()
     text_counts: Counter = Counter()
-    user_texts: list[str] = []
-    tool_texts: list[str] = []
     if traj.tokens.get("n_format_errors", 0):
         reasons.add("malformed_dialogue")
-    empty_user = False
     for i, m in enumerate(msgs):
         role = m.get("role") if isinstance(m, dict) else None
         if role not in ROLES or (role == "system" and i != 0):
@@ -162,10 +212,13 @@ def verify_trajectory(traj: Trajectory, scenario: Scenario, tools: DomainTools, 
         if role == "user":
             if not (content or "").strip():
                 reasons.add("malformed_dialogue")
-                empty_user = True
-            user_texts.append(content or "")
+                d.empty_user = True
+            d.user_texts.append(content or "")
         elif role == "assistant":
             calls = m.get("tool_calls") or []
+            if not isinstance(calls, list):
+                reasons.add("malformed_dialogue")
+                calls = []
             if not calls and not (content or "").strip():
                 reasons.add("malformed_dialogue")
             if content and ("<tool_call>" in content or "</tool_call>" in content):
@@ -178,27 +231,32 @@ def verify_trajectory(traj: Trajectory, scenario: Scenario, tools: DomainTools, 
                 if not isinstance(name, str) or not name:
                     reasons.add("malformed_dialogue")
                     continue
-                args = _args(fn.get("arguments"))
-                key = call_key(name, args) if args is not None else ""
+                raw = fn.get("arguments")
+                args = _args(raw)
+                key = None
                 if args is None:
                     reasons.add("malformed_dialogue")
-                elif name not in tools.kinds:
-                    reasons.add("unknown_tool")
-                elif not tools.valid(name, args, key):
-                    reasons.add("invalid_arguments")
-                if args is not None:
-                    agent_calls.append((name, args))
+                else:
+                    key = call_key(name, args)
                     call_counts[key] += 1
-                pending[str(c.get("id"))] = (name, args)
+                    if name not in tools.kinds:
+                        reasons.add("unknown_tool")
+                    elif not tools.valid(name, args, key):
+                        reasons.add("invalid_arguments")
+                cid = str(c.get("id"))
+                if cid in pending:
+                    reasons.add("malformed_dialogue")  # two calls of one turn share an id
+                pending[cid] = len(d.calls)
+                d.calls.append((name, raw if args is None else args))
+                d.keys.append(key)
+                d.shown.append(None)
         else:  # tool
             tcid = str(m.get("tool_call_id"))
             if tcid not in pending:
                 reasons.add("malformed_dialogue")
                 continue
-            name, args = pending.pop(tcid)
-            tool_texts.append(content or "")
-            if args is not None and not (content or "").startswith("Error:"):
-                ok_calls.append((name, args))
+            d.shown[pending.pop(tcid)] = content or ""
+            d.tool_texts.append(content or "")
     if pending:
         reasons.add("malformed_dialogue")
     first = next((m.get("role") for m in msgs if isinstance(m, dict) and m.get("role") != "system"), None)
@@ -206,25 +264,57 @@ def verify_trajectory(traj: Trajectory, scenario: Scenario, tools: DomainTools, 
         reasons.add("malformed_dialogue")
     if any(n >= max_repeats for n in call_counts.values()) or any(n >= max_repeats for n in text_counts.values()):
         reasons.add("repetition")
-    if scenario.gold_calls and not agent_calls:
+    if scenario.gold_calls and not any(k is not None for k in d.keys):
         reasons.add("no_tool_calls")
     if traj.end_reason == "turn_limit":
         reasons.add("turn_limit")
     elif traj.end_reason not in ("user_stop",):
         reasons.add("fatal_error")
+    return d
+
+
+def disagrees(traj: Trajectory, d: Dialogue, replay: Replayed) -> bool:
+    """The record differs from the replay: a tool message, or a recorded final state."""
+    return (bool(traj.final_hash) and traj.final_hash != replay.state_hash) or \
+        any(s is not None and s != t for s, t in zip(d.shown, replay.texts))
+
+
+def judge(traj: Trajectory, scenario: Scenario, tools: DomainTools, d: Dialogue,
+          replay: Replayed | None) -> Verdict:
+    """The Verdict from the static checks and the replay (None: it could not run); reason codes
+    in REASONS order."""
+    reasons = set(d.reasons)
     diff: list[dict[str, Any]] = []
-    if traj.final_hash != scenario.gold_hash:
-        reasons.add("state_mismatch")
-        diff = state_diff(traj, scenario)
-    if scenario.read_only:
-        gold = [(c.name, c.arguments) for c in scenario.gold_calls]
-        if not calls_match(ok_calls, gold, tools.kinds):
-            reasons.add("call_mismatch")
+    unstable = False
+    if replay is None:
+        reasons.add("replay_failed")
+        unstable = True
+    else:
+        unstable = replay.unstable
+        for shown, text in zip(d.shown, replay.texts):
+            if shown is not None and shown != text:
+                reasons.add("output_mismatch")
+                unstable = unstable or any(e in shown or e in text for e in ENVIRONMENT_ERRORS)
+        if traj.final_hash and traj.final_hash != replay.state_hash:
+            reasons.add("recorded_state_mismatch")
+        if replay.state_hash != scenario.gold_hash:
+            reasons.add("state_mismatch")
+            diff = state_diff(replay.diff or [], scenario.gold_diff)
+        if scenario.read_only:
+            ok_calls = [(c[0], k) for c, k, r in zip(d.calls, d.keys, replay.results) if k is not None and r.ok]
+            if segments(ok_calls, tools.kinds) != tools.gold_segments(scenario):
+                reasons.add("call_mismatch")
     ordered = [r for r in REASONS if r in reasons]
     if not ordered:
         return Verdict(passed=True)
     return Verdict(passed=False, reasons=ordered, diff=diff,
-                   attribution=attribute(traj, scenario, user_texts, tool_texts, empty_user))
+                   attribution=attribute(traj, scenario, d.user_texts, d.tool_texts, d.empty_user, unstable))
+
+
+def verify_trajectory(traj: Trajectory, scenario: Scenario, tools: DomainTools, replay: Replayed | None,
+                      max_repeats: int = 3) -> Verdict:
+    """The Verdict of one trajectory against its scenario, given its replay (tasks.verify.replay)."""
+    return judge(traj, scenario, tools, check_dialogue(traj, scenario, tools, max_repeats), replay)
 
 
 # How OpenAI-compatible servers (vLLM, llama.cpp, our hf_server) say a prompt is over the context.
@@ -232,15 +322,16 @@ CONTEXT_OVERFLOW = ("context_length_exceeded", "maximum context length", "-token
 
 
 def attribute(traj: Trajectory, scenario: Scenario, user_texts: list[str], tool_texts: list[str],
-              empty_user: bool) -> str:
-    """Whose failure: environment, user (simulator) or agent — from the evidence in the trajectory."""
+              empty_user: bool, unstable: bool = False) -> str:
+    """Whose failure: environment, user (simulator) or agent — from the evidence in the trajectory
+    and its replay (unstable: the environment answered differently, or could not replay)."""
     err = traj.error or ""
     if traj.end_reason == "fatal_error" and err.startswith("llm: "):
         if err.endswith("(user turn)"):
             return "user"  # the user simulator's LLM failed
         if err.endswith("(agent turn)") and any(s in err for s in CONTEXT_OVERFLOW):
             return "agent"  # the conversation outgrew the agent model's context window: its limit, scored
-    if traj.end_reason == "fatal_error" or traj.tokens.get("n_sandbox_errors", 0) \
+    if traj.end_reason == "fatal_error" or traj.tokens.get("n_sandbox_errors", 0) or unstable \
             or any("sandbox was restarted" in t for t in tool_texts):
         return "environment"
     if empty_user or not any(m.get("role") == "assistant" for m in traj.messages if isinstance(m, dict)):
@@ -280,7 +371,8 @@ def latest_run(ws: Workspace) -> str | None:
     return runs[-1][1] if runs else None
 
 
-def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, embed: bool = True) -> dict[str, Any]:
+def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, embed: bool = True,
+               replayer: Replayer | None = None) -> dict[str, Any]:
     """Verify every trajectory of a run; write verified.jsonl, verify.json (and embed verdicts)."""
     run_id = run_id or latest_run(ws)
     if run_id is None:
@@ -289,24 +381,32 @@ def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, e
     path = run_dir / TRAJECTORIES
     if not path.exists():
         raise FileNotFoundError(f"no trajectories for run {run_id} ({path})")
-    t0 = time.perf_counter()
-    trajs: list[Trajectory] = []
-    unreadable: list[str] = []
-    for where, traj, _, detail in read_trajectories(path):
-        if traj is None:
-            unreadable.append(f"{where}: {detail}"[:300])
-        else:
-            trajs.append(traj)
-    t_read = time.perf_counter()
-    report = verify_trajectories(ws, trajs, max_repeats=max_repeats)
-    t_verify = time.perf_counter()
-    rows = [{"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain, "trial": t.trial,
-             "verdict": t.verdict.model_dump() if t.verdict else None} for t in trajs]
-    atomic_write_jsonl(run_dir / "verified.jsonl", rows)
-    embedded = False
-    if embed and not _run_locked(run_dir):
-        atomic_write_text(path, "".join(t.model_dump_json() + "\n" for t in trajs))
-        embedded = True
+    # Reading, checking and writing make millions of short-lived objects, which reference counting
+    # frees; the cyclic collector would walk the whole heap again and again meanwhile (2-3x the time).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        trajs: list[Trajectory] = []
+        unreadable: list[str] = []
+        for where, traj, _, detail in read_trajectories(path):
+            if traj is None:
+                unreadable.append(f"{where}: {detail}"[:300])
+            else:
+                trajs.append(traj)
+        t_read = time.perf_counter()
+        report = verify_trajectories(ws, trajs, max_repeats=max_repeats, replayer=replayer)
+        t_verify = time.perf_counter()
+        rows = [{"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain, "trial": t.trial,
+                 "verdict": t.verdict.model_dump() if t.verdict else None} for t in trajs]
+        atomic_write_jsonl(run_dir / "verified.jsonl", rows)
+        embedded = False
+        if embed and not _run_locked(run_dir):
+            atomic_write_text(path, "".join(t.model_dump_json() + "\n" for t in trajs))
+            embedded = True
+    finally:
+        if collecting:
+            gc.enable()
     report.update(run_id=run_id, unreadable=len(unreadable), unreadable_examples=unreadable[:20],
                   embedded_in_trajectories=embedded,
                   seconds={"read": round(t_read - t0, 4), "verify": round(t_verify - t_read, 4),
@@ -315,29 +415,103 @@ def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, e
     return report
 
 
-def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int = 3) -> dict[str, Any]:
-    """Set .verdict on each trajectory (in place); return the funnel, attribution and pass^k report."""
-    scenarios = scenario_map(ws, {t.domain for t in trajs})
-    tools: dict[str, DomainTools | None] = {}
+def replay_domain(trajs: list[Trajectory], scenarios: list[Scenario], dialogues: list[Dialogue], rp: Any,
+                  counts: Counter) -> list[Replayed]:
+    """Replay one domain's trajectories (one sandbox child, many per round trip); those whose record
+    disagrees are replayed again alone in a fresh child, and that replay decides (tasks.verify.replay)."""
+    want = [s.gold_hash for s in scenarios]
+    replays = rp.replay([d.calls for d in dialogues], want)
+    again = [i for i, (t, d, r) in enumerate(zip(trajs, dialogues, replays)) if disagrees(t, d, r)]
+    if again:
+        fresh = rp.replay([dialogues[i].calls for i in again], [want[i] for i in again], fresh=True)
+        for i, f in zip(again, fresh):
+            f.unstable = f.texts != replays[i].texts or f.state_hash != replays[i].state_hash
+            replays[i] = f
+        counts["replayed_fresh"] += len(again)
+        counts["unstable"] += sum(f.unstable for f in fresh)
+    counts["replayed"] += len(replays)
+    return replays
+
+
+def _verify_domain(ws: Workspace, rep: Replayer, domain: str, trajs: list[Trajectory], max_repeats: int
+                   ) -> tuple[Counter, str | None, list[dict[str, Any]]]:
+    """Check, replay and judge one domain's trajectories (verdicts set in place): (replay counts,
+    why the domain could not replay, one pass^k row per trajectory)."""
+    counts: Counter = Counter()
+    failed = None
+    scenarios = {s.id: s for s in load_scenarios(ws, domain)}
+    rp = rep.domain(domain) if scenarios else "the domain has no scenarios"
+    try:
+        tools: DomainTools | None = DomainTools(rp.env.spec if isinstance(rp, DomainReplay)
+                                                else DomainSpec.load(ws.domain_dir(domain)))
+    except (OSError, ValueError):
+        tools = None
+    items = []
+    for t in trajs:
+        sc = scenarios.get(t.scenario_id)
+        if sc is None or tools is None:
+            t.verdict = Verdict(passed=False, reasons=["unknown_scenario"], attribution="environment")
+        else:
+            items.append((t, sc, check_dialogue(t, sc, tools, max_repeats)))
+    replays: list[Replayed | None] = [None] * len(items)
+    if items:
+        if isinstance(rp, str):
+            failed = rp
+        else:
+            try:
+                replays = list(replay_domain([i[0] for i in items], [i[1] for i in items], [i[2] for i in items],
+                                             rp, counts))
+            except Exception as exc:  # noqa: BLE001 - the sandbox failed: this domain's trajectories, not the run
+                failed = f"{type(exc).__name__}: {exc}"[:300]
+    for (t, sc, d), r in zip(items, replays):
+        t.verdict = judge(t, sc, tools, d, r)  # type: ignore[arg-type]
+    rows = [{"scenario_id": t.scenario_id, "domain": t.domain, "passed": t.verdict.passed,
+             "attribution": t.verdict.attribution, "n_gold_calls": len(scenarios[t.scenario_id].gold_calls)
+             if t.scenario_id in scenarios else 0} for t in trajs]
+    return counts, failed, rows
+
+
+def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int = 3,
+                        replayer: Replayer | None = None, threads: int = REPLAY_THREADS) -> dict[str, Any]:
+    """Set .verdict on each trajectory (in place); return the funnel, attribution, pass^k and
+    replay report. `replayer` keeps domains' sandbox workers open across calls (default: opened
+    here, closed at the end). Domains are checked, replayed and judged `threads` at a time (while
+    one thread waits for its sandbox child, another works)."""
+    own = replayer is None
+    rep = replayer or Replayer(ws.root / "domains")
+    known = set(ws.domain_ids())
+    by_domain: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        if t.domain in known:
+            by_domain.setdefault(t.domain, []).append(t)
+        else:
+            t.verdict = Verdict(passed=False, reasons=["unknown_scenario"], attribution="environment")
+    counts: Counter = Counter()
+    failed_domains: dict[str, str] = {}
+    results = [{"scenario_id": t.scenario_id, "domain": t.domain, "passed": False, "attribution": "environment",
+                "n_gold_calls": 0} for t in trajs if t.domain not in known]
+    t0 = time.perf_counter()
+    try:
+        domains = sorted(by_domain)
+        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            done = (pool.map if threads > 1 and len(domains) > 1 else map)(
+                lambda d: _verify_domain(ws, rep, d, by_domain[d], max_repeats), domains)
+            for domain, (c, failed, rows) in zip(domains, done):
+                counts.update(c)
+                results.extend(rows)
+                if failed is not None:
+                    failed_domains[domain] = failed
+    finally:
+        if own:
+            rep.close()
+    t_end = time.perf_counter()
     reasons: Counter = Counter()
     attribution: Counter = Counter()
     funnel = Counter()
     missing = 0
-    results = []
     for t in trajs:
-        sc = scenarios.get(t.scenario_id)
-        if t.domain not in tools:
-            try:
-                tools[t.domain] = DomainTools(DomainSpec.load(ws.domain_dir(t.domain)))
-            except (OSError, ValueError):
-                tools[t.domain] = None
-        dt = tools[t.domain]
-        if sc is None or dt is None:
-            missing += 1
-            t.verdict = Verdict(passed=False, reasons=["unknown_scenario"], attribution="environment")
-        else:
-            t.verdict = verify_trajectory(t, sc, dt, max_repeats)
         v = t.verdict
+        missing += "unknown_scenario" in v.reasons
         reasons.update(v.reasons)
         attribution[v.attribution] += 1
         failed_so_far = set(v.reasons)
@@ -345,12 +519,13 @@ def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int
             if failed_so_far & codes:
                 break
             funnel[stage] += 1
-        results.append({"scenario_id": t.scenario_id, "domain": t.domain, "passed": v.passed,
-                        "attribution": v.attribution, "n_gold_calls": len(sc.gold_calls) if sc else 0})
     passed = sum(r["passed"] for r in results)
     return {"trajectories": len(trajs), "passed": passed, "failed": len(trajs) - passed,
             "pass_rate": round(passed / len(trajs), 6) if trajs else None,
             "reasons": {r: reasons.get(r, 0) for r in REASONS} | ({"unknown_scenario": missing} if missing else {}),
             "funnel": {"total": len(trajs), **{stage: funnel.get(stage, 0) for stage, _ in FUNNEL}},
             "attribution": {k: attribution.get(k, 0) for k in ("none", "agent", "user", "environment")},
-            "pass^k": passk_report(results), "pass^k_raw": passk_report(results, agent_only=False)}
+            "pass^k": passk_report(results), "pass^k_raw": passk_report(results, agent_only=False),
+            "replay": {"trajectories": counts["replayed"], "replayed_fresh": counts["replayed_fresh"],
+                       "unstable": counts["unstable"], "failed_domains": failed_domains,
+                       "seconds": round(t_end - t0, 4)}}

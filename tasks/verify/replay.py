@@ -1,0 +1,113 @@
+"""Replay: the verifier's own evidence. Every trajectory's tool calls run again, in order, in an
+episode of its domain that starts from the seed; the replayed results and final state are what
+verification judges, and what the trajectory recorded is only compared with them.
+
+Cost, and the one trade it makes: a domain's environment (one sandbox worker) is opened once per
+verifier and every trajectory of the domain is replayed in one sandbox child, many per round trip
+(envs.episode.Environment.replay: no fork per trajectory), each from the seed with tools.py run
+afresh. What tool code changes outside its own module (a stdlib module it patches, scratch files)
+could still reach later trajectories of the same round trip, so a trajectory whose record
+disagrees with that replay is replayed once more alone in a fresh child (as its rollout ran)
+before it is judged; that replay decides, and when the two replays differ the environment is
+unstable (nondeterministic or stateful tool code), which attribution blames on the environment.
+What this leaves open: a record forged to match what such process-wide state would make a shared
+replay return is accepted; the trajectories our own engines record never do.
+The state hash is computed here (the environment's envs.state.StateOracle) from the database image the child sends;
+an episode that committed no write ended at the seed. Identical final images are hashed once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envs.episode import Environment, ToolResult
+
+HASH_CACHE = 4096  # final images remembered per domain (k trials of a scenario often end alike)
+
+
+@dataclass
+class Replayed:
+    """One trajectory's calls, replayed from the seed."""
+
+    results: list[ToolResult]  # one per call, in order; .text() is what an agent would have been shown
+    state_hash: str  # the replayed final state
+    diff: list[dict[str, Any]] | None = None  # seed -> final field diff, when the state differs from `want`
+    unstable: bool = False  # a shared-child replay and a fresh-child replay disagreed
+    texts: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.texts:
+            self.texts = [r.text() for r in self.results]
+
+
+class DomainReplay:
+    """One domain's environment (its sandbox worker) and a state oracle over its seed."""
+
+    def __init__(self, domain_dir: Path, env: Environment | None = None):
+        self.owned = env is None
+        self.env = env if env is not None else Environment.open(domain_dir, spin_us=0)
+        self.oracle = self.env.state_oracle()
+        self.seed_hash = self.oracle.plan.combine(self.oracle.seed_digests)  # kept since the oracle was built
+        self._hashes: OrderedDict[bytes, str] = OrderedDict()  # sha256 of a final image -> its state hash
+
+    def _hash(self, image: bytes | None) -> str:
+        if image is None:
+            return self.seed_hash
+        key = hashlib.sha256(image).digest()  # the bytes' own digest (not a state hash): equal images, one hash
+        h = self._hashes.get(key)
+        if h is None:
+            h = self._hashes[key] = self.oracle.hash(image)
+            if len(self._hashes) > HASH_CACHE:
+                self._hashes.popitem(last=False)
+        return h
+
+    def _diff(self, image: bytes | None) -> list[dict[str, Any]]:
+        return [] if image is None else self.oracle.diff(image)
+
+    def replay(self, calls: list[list[tuple[str, Any]]], want: list[str], fresh: bool = False) -> list[Replayed]:
+        """Replay each call list from the seed; `want` is the hash each should reach (its gold
+        state): a final state that differs gets its field diff from the seed."""
+        out = []
+        for (results, image), w in zip(self.env.replay(calls, fresh=fresh), want):
+            h = self._hash(image)
+            out.append(Replayed(results, h, None if h == w else self._diff(image)))
+        return out
+
+    def close(self) -> None:
+        if self.owned:
+            self.env.close()  # and its oracle
+
+
+class Replayer:
+    """The replaying side of one verification: a DomainReplay per domain, opened on first use.
+    `envs` hands in environments that are already open (they stay open: the caller owns them)."""
+
+    def __init__(self, ws_domains: Path, envs: dict[str, Environment] | None = None):
+        self.root = Path(ws_domains)
+        self.envs = envs or {}
+        self.domains: dict[str, DomainReplay | str] = {}  # domain -> replay, or why it cannot replay
+
+    def domain(self, domain: str) -> DomainReplay | str:
+        if domain not in self.domains:
+            try:
+                self.domains[domain] = DomainReplay(self.root / domain, self.envs.get(domain))
+            except Exception as exc:  # noqa: BLE001 - a domain that cannot replay fails its trajectories, not the run
+                self.domains[domain] = f"{type(exc).__name__}: {exc}"[:300]
+        return self.domains[domain]
+
+    def close(self) -> None:
+        for d in self.domains.values():
+            if isinstance(d, DomainReplay):
+                d.close()
+        self.domains.clear()
+
+    def __enter__(self) -> "Replayer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+

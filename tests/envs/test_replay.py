@@ -1,0 +1,81 @@
+"""Environment.replay (verification's replay) on the shop fixture, through the real sandboxed worker."""
+
+from __future__ import annotations
+
+from envs.episode import Environment
+from envs.state import StateOracle
+# the shop fixture's `shop` and `env` fixtures, and the sandbox mode those API tests run in
+from tests.envs.test_episode import UNSAFE, build_shop, env, shop  # noqa: F401
+
+EPISODES = [
+    [("get_user", {"user_id": "u1"}), ("list_user_orders", {"user_id": "u1"})],  # reads only
+    [("place_order", {"user_id": "u1", "product_id": "p3", "quantity": 1}), ("get_order", {"order_id": "o4"}),
+     ("cancel_order", {"order_id": "o4"})],
+    [("cancel_order", {"order_id": "o4"}), ("update_email", {"user_id": "u1", "email": "no-at-sign"})],  # failed writes
+    [("nope", {}), ("get_user", {"user_id": 1}), ("get_user", '{"user_id": "u2"'),  # refused before the worker
+     ("update_email", {"user_id": "u2", "email": "alan@turing.org"})],
+    [],
+]
+
+
+def one_by_one(env: Environment, calls: list) -> tuple[list[str], str]:
+    env.reset()
+    texts = [env.call(n, a).text() for n, a in calls]
+    return texts, env.state_hash()
+
+
+def test_replay_equals_calls_one_by_one(env, shop):
+    oracle = StateOracle(env.spec.tables, (shop / "seed.sqlite").read_bytes())
+    seed_hash = oracle.hash(oracle.seed)
+    want = [one_by_one(env, calls) for calls in EPISODES]
+    for fresh in (False, True):
+        got = list(env.replay(EPISODES * 3, fresh=fresh))  # later episodes start from the seed again
+        assert len(got) == len(EPISODES) * 3
+        for (results, image), (texts, h) in zip(got, want * 3):
+            assert [r.text() for r in results] == texts
+            assert (oracle.hash(image) if image is not None else seed_hash) == h
+        assert [img is None for _, img in got[:len(EPISODES)]] == [True, False, True, False, True]
+    assert [r.ok for r in got[3][0]] == [False, False, False, True]
+
+
+def test_call_after_replay_needs_a_reset(env):
+    list(env.replay(EPISODES[:2]))
+    assert "reset" in env.call("get_user", {"user_id": "u1"}).error
+    env.reset()
+    assert env.call("get_user", {"user_id": "u1"}).ok
+
+
+def test_small_round_trips_give_the_same_results(env):
+    big = [[r.text() for r in res] for res, _ in env.replay(EPISODES)]
+    small = [[r.text() for r in res] for res, _ in env.replay(EPISODES, max_bytes=1)]  # one episode per trip
+    assert big == small
+
+
+def test_a_child_that_dies_mid_trip_is_replaced_and_the_trip_redone_one_episode_per_child(tmp_path):
+    dest = build_shop(tmp_path / "shop")
+    (dest / "tools.py").write_text((dest / "tools.py").read_text() + "\n\n_get_user = get_user\n\n\n"
+                                   "def get_user(db, user_id):\n    if user_id == 'kill':\n"
+                                   "        import os\n        os._exit(3)\n    return _get_user(db, user_id)\n")
+    with Environment.open(dest, unsafe=UNSAFE) as e:
+        eps = [[("get_user", {"user_id": "u1"})], [("get_user", {"user_id": "kill"})],
+               [("update_email", {"user_id": "u2", "email": "a@b.org"})]]
+        got = list(e.replay(eps))
+        assert got[0][0][0].ok and got[2][0][0].ok and got[2][1] is not None
+        assert not got[1][0][0].ok and "crashed" in got[1][0][0].error
+        assert e.restarts >= 1
+
+
+def test_module_globals_start_afresh_in_each_episode_patched_modules_do_not(tmp_path):
+    """The trade Environment.replay makes by default: tools.py runs afresh for each episode, but a
+    change tool code makes outside its module reaches later episodes of a shared child (so
+    tasks.verify.replay confirms every disagreement in a fresh child)."""
+    dest = build_shop(tmp_path / "shop")
+    (dest / "tools.py").write_text((dest / "tools.py").read_text() + "\n\nimport json\n_N = [0]\n"
+                                   "_get_user = get_user\n\n\ndef get_user(db, user_id):\n    _N[0] += 1\n"
+                                   "    json.seen = getattr(json, 'seen', 0) + 1\n"
+                                   "    return {**_get_user(db, user_id), 'mine': _N[0], 'patched': json.seen}\n")
+    with Environment.open(dest, unsafe=UNSAFE) as e:
+        eps = [[("get_user", {"user_id": "u1"})]] * 3
+        shared = [(res[0].content["mine"], res[0].content["patched"]) for res, _ in e.replay(eps)]
+        fresh = [(res[0].content["mine"], res[0].content["patched"]) for res, _ in e.replay(eps, fresh=True)]
+    assert shared == [(1, 1), (1, 2), (1, 3)] and fresh == [(1, 1)] * 3
