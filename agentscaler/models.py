@@ -103,7 +103,7 @@ class Trajectory(Strict):
     """One recorded user-agent-tool conversation on a scenario (OpenAI chat message format).
 
     `agent_model` names the model that produced it, or GOLD_REPLAY for a demonstration replayed
-    from the scenario's gold calls: origin() keeps the two apart in every count and row."""
+    from the scenario's gold calls: `origin` keeps the two apart in every count and row."""
 
     id: str
     run_id: str
