@@ -3,15 +3,17 @@ endpoint's request slots."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 from prefect.artifacts import create_markdown_artifact
+from prefect.client.orchestration import get_client
 from prefect.concurrency.asyncio import concurrency
 from prefect.deployments import run_deployment
 from prefect.settings import get_current_settings
@@ -26,12 +28,33 @@ from agentscaler.llm import REQUEST_SLOT
 ENDPOINT_LIMIT = "vllm-endpoint"
 
 
-def endpoint_slot() -> contextlib.AbstractAsyncContextManager[Any]:
+# API URL -> does ENDPOINT_LIMIT exist there (asked once per server and process).
+_LIMIT_EXISTS: dict[str, bool] = {}
+
+
+async def _limit_exists(url: str) -> bool:
+    """A server without the limit (no `agentscaler deploy` yet, a test's temporary server) or one
+    that does not answer within 10 s holds no slots: never a warning per request, never a hang."""
+    if url not in _LIMIT_EXISTS:
+        try:
+            async with get_client() as client:
+                await asyncio.wait_for(client.read_global_concurrency_limit_by_name(ENDPOINT_LIMIT), 10)
+            _LIMIT_EXISTS[url] = True
+        except Exception:  # noqa: BLE001 - not found, unreachable or timed out: no slot to hold
+            _LIMIT_EXISTS[url] = False
+    return _LIMIT_EXISTS[url]
+
+
+@contextlib.asynccontextmanager
+async def endpoint_slot() -> AsyncIterator[None]:
     """One slot of ENDPOINT_LIMIT for one request in flight when a Prefect server is configured
-    (PREFECT_API_URL), else nothing: local runs have no server to hold the count."""
-    if not get_current_settings().api.url:
-        return contextlib.nullcontext()
-    return concurrency(ENDPOINT_LIMIT, occupy=1, strict=False)
+    (PREFECT_API_URL) and holds the limit, else nothing: local runs have no server to hold the count."""
+    url = get_current_settings().api.url
+    if not url or not await _limit_exists(url):
+        yield
+        return
+    async with concurrency(ENDPOINT_LIMIT, occupy=1, strict=False):
+        yield
 
 
 REQUEST_SLOT["factory"] = endpoint_slot  # every LLMClient request in a process that runs flows
