@@ -446,8 +446,10 @@ def synthesize_cmd(synth: str = typer.Option("rules", "--synth", help="rules | l
 @app.command("play")
 def play_cmd(domain: str = typer.Argument(..., help="Domain id."),
              calls_file: Path = typer.Argument(..., help='JSON list of calls: [{"name": ..., "arguments": {...}}].'),
-             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+             as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+             workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Run calls in one fresh episode: each result, the diff from the seed, the final state hash."""
+    _begin(workspace, quiet)
     try:
         out = play_calls(Workspace(workspace_path()), domain, read_calls(calls_file),
                          unsafe=Settings.from_env().allow_unsafe_sandbox)

@@ -43,7 +43,7 @@ DEMO = {
     "train_config_dir": "cpu-demo",  # training/configs/cpu-demo/: small steps for 2 CPU cores
     "evaluate": True,
     "k": 2,
-    "eval_max_scenarios": 6,  # the demo's evaluation set: 6 held-out scenarios from >= 3 held-out domains
+    "eval_max_scenarios": 3,  # the demo's evaluation set: 3 held-out scenarios from >= 3 held-out domains (demo_plan(20))
     "eval_domains": 3,
     # SmolLM2-135M on 2 cores: short conversations keep the demo inside its time budget.
     "max_turns": 3,

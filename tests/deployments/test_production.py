@@ -54,6 +54,20 @@ def prod(tmp_path_factory):
         finally:
             for w in workers.values():
                 stop(w)
+            _drain_to(url)
+
+
+def _drain_to(url: str) -> None:
+    """Send this process's queued Prefect events and logs for `url` while its server still runs: a
+    worker left holding them retries a stopped server for ever, and the session harness's drain at
+    the end of the suite then never returns."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        for service in (EventsWorker, APILogWorker):
+            service.drain_all(timeout=30)
 
 
 def _client_call(url: str, fn):
