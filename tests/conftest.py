@@ -22,8 +22,16 @@ def prefect_harness():
     """A real Prefect (ephemeral, temporary database) for the whole session; started on first use."""
     from prefect.testing.utilities import prefect_test_harness
 
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
     with prefect_test_harness(server_startup_timeout=120):
         yield
+        # Drained here with a bound: the harness drains without one, and a worker holding events for
+        # a server some test has stopped (tests/deployments) retries it for ever. A drained worker
+        # leaves Prefect's cache, so the harness's own drain then returns at once.
+        for service in (EventsWorker, APILogWorker):
+            service.drain_all(timeout=60)
 
 
 @pytest.fixture()
