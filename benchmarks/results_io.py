@@ -1,0 +1,126 @@
+"""One shape for every benchmark's results, so `make bench` can rebuild the README figures table.
+
+Each benchmark script writes benchmarks/results/<name>.json (this model) and <name>.md (for people).
+A figure's anchor (a peer's or the paper's figure it is compared with) is either measured in the same
+run, side by side, or quoted with its source; the two kinds never share a column. A figure measured
+on a workload that flatters (copies of one item, warm caches, a toy fixture) says so in `workload`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+class Anchor(BaseModel):
+    """The figure a result is compared with: measured beside it in the same run, or quoted."""
+
+    model_config = ConfigDict(extra="forbid")
+    value: float
+    unit: str
+    kind: Literal["measured", "quoted"]
+    source: str  # measured: what ran (e.g. "tau2 in-process call, same run"); quoted: where it is written
+
+
+class Figure(BaseModel):
+    """One row of the README figures table."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str  # what is measured, e.g. "replay verification throughput"
+    value: float  # the headline (usually the median)
+    unit: str
+    workload: str  # what it ran on: "real: demo workspace, 160 domains" or "fixture: 250 copies of shop"
+    median: float | None = None
+    p99: float | None = None
+    ratio_to_anchor: float | None = None
+    anchor: Anchor | None = None
+    aim: str | None = None  # the issue's aim, e.g. ">= 2,000/s (issue 24)"
+    meets_aim: bool | None = None
+
+
+class Results(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    benchmark: str
+    commit: str
+    started: str
+    seconds: float
+    machine: dict[str, object]
+    load_start: list[float]
+    load_end: list[float]
+    layers: list[str] = Field(default_factory=list)  # isolation/verification layers active while measuring
+    figures: list[Figure]
+    notes: list[str] = Field(default_factory=list)
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def machine() -> dict[str, object]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+
+
+class Recorder:
+    """Times a benchmark and records the load before and after: `with Recorder("verify") as r: ...`."""
+
+    def __init__(self, benchmark: str):
+        self.benchmark = benchmark
+        self.figures: list[Figure] = []
+        self.layers: list[str] = []
+        self.notes: list[str] = []
+
+    def __enter__(self) -> "Recorder":
+        self.t0 = time.time()
+        self.load_start = [round(x, 2) for x in os.getloadavg()]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.load_end = [round(x, 2) for x in os.getloadavg()]
+        self.seconds = round(time.time() - self.t0, 2)
+
+    def results(self) -> Results:
+        return Results(benchmark=self.benchmark, commit=commit(),
+                       started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.t0)),
+                       seconds=getattr(self, "seconds", round(time.time() - self.t0, 2)), machine=machine(),
+                       load_start=self.load_start, load_end=getattr(self, "load_end", self.load_start),
+                       layers=self.layers, figures=self.figures, notes=self.notes)
+
+    def write(self, markdown: str, out_dir: Path = RESULTS) -> Path:
+        """Writes <name>.json and <name>.md (the markdown gets the common header: commit, load, layers)."""
+        res = self.results()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / f"{self.benchmark}.json").write_text(json.dumps(res.model_dump(), indent=2) + "\n")
+        header = (f"# {self.benchmark}\n\ncommit {res.commit}, {res.started}, {res.seconds} s, "
+                  f"{res.machine['cpus']} CPUs, load {res.load_start} -> {res.load_end}"
+                  + (f"; layers active: {', '.join(res.layers)}" if res.layers else "") + "\n\n")
+        path = out_dir / f"{self.benchmark}.md"
+        path.write_text(header + markdown.rstrip() + "\n")
+        return path
+
+
+def load_results(out_dir: Path = RESULTS) -> list[Results]:
+    """Every results file that has the common shape (older free-form JSON files are skipped)."""
+    found = []
+    for p in sorted(out_dir.glob("*.json")):
+        try:
+            found.append(Results.model_validate_json(p.read_text()))
+        except ValueError:
+            continue
+    return found
