@@ -309,8 +309,13 @@ class StateOracle:
 
     `hash(image)` / `diff(image, against)`: images come from the sandbox worker's `snapshot` (or
     are the seed or a restored snapshot the caller already holds). The image last hashed stays
-    loaded; a new one is compared page by page with it, and only the tables owning a changed page
-    (SQLite's dbstat) are digested again."""
+    loaded. A new one is compared page by page with the seed, and only the tables owning a
+    changed page of the seed (SQLite's dbstat, read once from the seed) are digested; the others
+    keep the seed's digests. Sound because a table's rows are what its b-tree holds, reached from
+    its root page (the schema, compared in full): if no page of the seed's tree changed, reading
+    the table reads the same pages. Against the seed, not the last image: an episode's image
+    differs from the seed only where it wrote, so each load digests just those tables and never
+    needs dbstat again (verification hashes thousands of unrelated episodes one after another)."""
 
     def __init__(self, tables: list[Any], seed: bytes):
         self.plan = StatePlan(tables)
@@ -323,7 +328,8 @@ class StateOracle:
         self.digests = self._digest(self.names)
         self.seed_digests = dict(self.digests)
         self.seed_keyed: dict[str, tuple] = {}
-        self.pages = self._pages(self.names)
+        self.seed_schema = self.schema
+        self.pages = self._pages(self.names)  # the seed's pages of each table
 
     def _digest(self, names: Any) -> dict[str, str]:
         conn = self.db.start()
@@ -346,26 +352,22 @@ class StateOracle:
         return out
 
     def load(self, image: bytes) -> None:
-        """Make `image` the loaded state, digesting again only what changed."""
+        """Make `image` the loaded state: the seed's digests, but for the tables it changed."""
         if image is self.image:
             return
         if len(image) == len(self.image) and image == self.image:
             self.image = image
             return
-        changed = changed_pages(self.image, image)
-        before = self.schema
+        changed = changed_pages(self.seed, image)
         self.db.close()
         self.db = _Image(image)
         self.image = image
         self.schema = self.db.schema()
-        if changed is None or self.pages is None or self.schema != before:
+        if changed is None or self.pages is None or self.schema != self.seed_schema:
             dirty: set[str] = set(self.names)
         else:
             dirty = {n for n in self.names if self.pages.get(n, set()) & changed}
-        self.digests.update(self._digest(dirty))
-        if self.pages is not None and dirty:
-            fresh = self._pages(dirty)
-            self.pages = None if fresh is None else {**self.pages, **fresh}
+        self.digests = {**self.seed_digests, **self._digest(dirty)}
 
     def hash(self, image: bytes) -> str:
         self.load(image)

@@ -13,21 +13,25 @@ unstable (nondeterministic or stateful tool code), which attribution blames on t
 What this leaves open: a record forged to match what such process-wide state would make a shared
 replay return is accepted; the trajectories our own engines record never do.
 The state hash is computed here (the environment's envs.state.StateOracle) from the database image the child sends;
-an episode that committed no write ended at the seed. Identical final images are hashed once.
+an episode that committed no write ended at the seed. An image equal to the one hashed just before
+is not hashed again (the verifier replays a scenario's trials one after another, and they often
+end alike); remembering more images by a digest cost more than it saved (sha256 of a 90 kB image
+takes about as long as hashing the state it holds).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections import OrderedDict
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envs.episode import Environment, ToolResult
 
-HASH_CACHE = 4096  # final images remembered per domain (k trials of a scenario often end alike)
-
+# Domains whose sandbox workers start at once. Starting one is mostly waiting (bubblewrap, the
+# interpreter, the zygote's first forks: about 0.12 s of CPU in 0.4-0.6 s), so several overlap.
+OPEN_THREADS = 4
 
 @dataclass
 class Replayed:
@@ -52,18 +56,10 @@ class DomainReplay:
         self.env = env if env is not None else Environment.open(domain_dir, spin_us=0)
         self.oracle = self.env.state_oracle()
         self.seed_hash = self.oracle.plan.combine(self.oracle.seed_digests)  # kept since the oracle was built
-        self._hashes: OrderedDict[bytes, str] = OrderedDict()  # sha256 of a final image -> its state hash
 
     def _hash(self, image: bytes | None) -> str:
-        if image is None:
-            return self.seed_hash
-        key = hashlib.sha256(image).digest()  # the bytes' own digest (not a state hash): equal images, one hash
-        h = self._hashes.get(key)
-        if h is None:
-            h = self._hashes[key] = self.oracle.hash(image)
-            if len(self._hashes) > HASH_CACHE:
-                self._hashes.popitem(last=False)
-        return h
+        # the oracle compares the image with the one it holds (equal bytes: no work)
+        return self.seed_hash if image is None else self.oracle.hash(image)
 
     def _diff(self, image: bytes | None) -> list[dict[str, Any]]:
         return [] if image is None else self.oracle.diff(image)
@@ -83,31 +79,55 @@ class DomainReplay:
 
 
 class Replayer:
-    """The replaying side of one verification: a DomainReplay per domain, opened on first use.
-    `envs` hands in environments that are already open (they stay open: the caller owns them)."""
+    """The replaying side of one verification: a DomainReplay per domain, opened on first use or
+    ahead of it (`prefetch`, OPEN_THREADS at a time). `envs` hands in environments that are
+    already open (they stay open: the caller owns them). Thread-safe."""
 
     def __init__(self, ws_domains: Path, envs: dict[str, Environment] | None = None):
         self.root = Path(ws_domains)
         self.envs = envs or {}
-        self.domains: dict[str, DomainReplay | str] = {}  # domain -> replay, or why it cannot replay
+        self.domains: dict[str, Future] = {}  # domain -> its DomainReplay, or why it cannot replay
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _open(self, domain: str) -> DomainReplay | str:
+        try:
+            return DomainReplay(self.root / domain, self.envs.get(domain))
+        except Exception as exc:  # noqa: BLE001 - a domain that cannot replay fails its trajectories, not the run
+            return f"{type(exc).__name__}: {exc}"[:300]
+
+    def prefetch(self, domains: list[str]) -> None:
+        """Start opening these domains, in this order, in the background."""
+        with self._lock:
+            for d in domains:
+                if d not in self.domains:
+                    if self._pool is None:
+                        self._pool = ThreadPoolExecutor(max_workers=OPEN_THREADS, thread_name_prefix="replay-open")
+                    self.domains[d] = self._pool.submit(self._open, d)
 
     def domain(self, domain: str) -> DomainReplay | str:
-        if domain not in self.domains:
-            try:
-                self.domains[domain] = DomainReplay(self.root / domain, self.envs.get(domain))
-            except Exception as exc:  # noqa: BLE001 - a domain that cannot replay fails its trajectories, not the run
-                self.domains[domain] = f"{type(exc).__name__}: {exc}"[:300]
-        return self.domains[domain]
+        """The domain's replay (waits while it opens), or why it cannot replay."""
+        with self._lock:
+            fut = self.domains.get(domain)
+            mine = fut is None
+            if mine:
+                fut = self.domains[domain] = Future()
+        if mine:  # asked for before any prefetch: opened by this thread (others asking wait for it)
+            fut.set_result(self._open(domain))
+        return fut.result()
 
     def close(self) -> None:
-        for d in self.domains.values():
-            if isinstance(d, DomainReplay):
-                d.close()
-        self.domains.clear()
+        with self._lock:
+            pool, self._pool = self._pool, None
+            futures, self.domains = list(self.domains.values()), {}
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        for f in futures:
+            if not f.cancelled() and isinstance(f.result(), DomainReplay):
+                f.result().close()
 
     def __enter__(self) -> "Replayer":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
