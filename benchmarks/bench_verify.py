@@ -1,26 +1,27 @@
 """Verification throughput: trajectories verified per second, every call replayed in the sandbox.
 
-Main rows: a real workspace's trajectories (distinct scenarios and domains: built from the real
-corpora with `agentscaler corpus fetch all`, ingest, discover, build, then gold replays of every
-train scenario, run `gold-replay`), verified with `verify_run` (read + static checks + replay +
-verdicts + write), medians over repeats:
+Real rows: a real workspace's trajectories (distinct scenarios and domains: real corpora -> ingest,
+discover, build, then gold replays of every train scenario as run `gold-replay`), verified with
+`verify_run` (read + static checks + replay + verdicts + write). The workspace is only read: the
+runs are staged in a scratch workspace whose domains link to it.
   - static checks alone (check_dialogue: form, schemas, repetition; no replay, no outcome);
-  - replay verification with the domains' sandbox workers already open (a verifier that keeps
-    them, as a long-lived one does): each repeat starts with cold caches (no remembered image
-    hashes, new argument validators; an environment's state oracle keeps its seed digests, built
-    when it was opened); with the CPU time per trajectory in the verifier's process and in the
-    sandbox processes (/proc), which the machine's load changes far less than wall time;
-  - replay verification from nothing (opening every domain's worker inside the timed run): once;
-  - a fresh sandbox child per trajectory (Environment.replay(fresh=True): the rollout's own
-    isolation) on a sample, for the cost of the trade tasks/verify/replay.py makes.
-Second, labelled row: the shop fixture, copies of its gold replays (60% as recorded, 20% ended at
-the turn limit, 20% missing their last call; 1 in 100 with a forged recorded hash).
-The machine's load (os.getloadavg) is reported before and after. Aim: >= 2,000 trajectories/s on 2 cores.
+  - replay verification with the domains' sandbox workers already open (a long-lived verifier),
+    caches cold at each repeat (new Replayer: state oracles, argument validators), with the CPU
+    time per trajectory in the verifier's process and in the sandbox processes (/proc), which the
+    machine's load changes far less than wall time;
+  - opening every domain's worker, and replay verification from nothing (opening inside the run);
+  - a fresh sandbox child per trajectory on a sample (the rollout's own isolation), for the trade
+    tasks/verify/replay.py makes.
+`--before REF` measures the same rows with the code of git REF (exported to a scratch folder, run
+in a subprocess on the same workload), alternating with this tree's, as the measured anchor.
+Second, labelled row: the shop fixture, copies of its gold replays (flattering: 20 scenarios).
+Aims: >= 2,000 trajectories/s (issue 24), >= 5,000/s (issue 20 aim 4), on 2 cores.
 
-    .venv/bin/python benchmarks/bench_verify.py --workspace WS [--build] [--repeats 3] [--out FILE]
+    .venv/bin/python benchmarks/bench_verify.py --workspace WS [--quick] [--before main] [--build]
 
---build makes WS first if it has no gold-replay run (corpus fetch, ingest, discover, build with the
-rule-based synthesizer, gold replays: several minutes).
+--quick: the first 40 domains of WS (all their trajectories), 2 repeats, a 1,000-copy fixture row;
+under ~3 minutes. Without --workspace (and no AGENTSCALER_BENCH_WS) only the fixture row runs and the
+results say the real rows were not measured. --build makes WS first if it has no gold-replay run.
 """
 
 from __future__ import annotations
@@ -31,32 +32,31 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(os.environ.get("BENCH_CODE_ROOT") or Path(__file__).resolve().parents[1])
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from agentscaler.artifacts import TRAJECTORIES, load_scenarios, load_trajectories, scenario_map  # noqa: E402
-from agentscaler.corpora import CORPORA, fetch  # noqa: E402
 from agentscaler.models import Trajectory  # noqa: E402
 from agentscaler.workspace import Workspace  # noqa: E402
 from envs.episode import Environment  # noqa: E402
 from envs.spec import DomainSpec  # noqa: E402
-from tasks.corpus.ingest import ingest  # noqa: E402
-from tasks.discover.discover import discover  # noqa: E402
-from tasks.environments.synthesize import synthesize_all  # noqa: E402
-from tasks.rollouts.conversation import trajectory_id  # noqa: E402
-from tasks.rollouts.gold import gold_replay, gold_trajectory  # noqa: E402
-from tasks.scenarios.build import build_all, build_scenarios  # noqa: E402
 from tasks.verify.replay import Replayer  # noqa: E402
 from tasks.verify.verify import DomainTools, check_dialogue, verify_run  # noqa: E402
-from tests.conftest import load_shop_builder  # noqa: E402
 
 GOLD_RUN = "gold-replay"
+QUICK_DOMAINS = 40
+LAYERS = ["sandbox: bubblewrap (uid, network, filesystem, pid) + seccomp + rlimits + clean environment"
+          " + landlock where the kernel has it", "every call replayed from the seed in the domain's sandbox",
+          "tool outputs compared with the replay", "outcome = the replayed state's hash (computed in the verifier)",
+          "recorded state hash compared", "a record that disagrees is replayed again in a fresh child"]
 
 
 def load() -> list[float]:
@@ -65,6 +65,13 @@ def load() -> list[float]:
 
 def build_workspace(ws: Workspace) -> None:
     """The real workspace: real corpora -> tools -> domains -> environments -> scenarios -> gold replays."""
+    from agentscaler.corpora import CORPORA, fetch
+    from tasks.corpus.ingest import ingest
+    from tasks.discover.discover import discover
+    from tasks.environments.synthesize import synthesize_all
+    from tasks.rollouts.gold import gold_replay
+    from tasks.scenarios.build import build_all
+
     for name in CORPORA:
         fetch(name)
     ingest(ws, list(CORPORA))
@@ -74,28 +81,32 @@ def build_workspace(ws: Workspace) -> None:
     gold_replay(ws, ws.domain_ids(), GOLD_RUN)
 
 
-def stage(ws: Workspace, src: Path, run: str) -> None:
-    """A fresh, verdict-free copy of the trajectories as run `run`."""
+def scratch_workspace(real: Path, domains: list[str] | None, into: Path) -> Workspace:
+    """A workspace in `into` whose domains link to the real ones (read only) and whose gold-replay
+    run holds the trajectories of `domains` (all when None)."""
+    (into / "domains").mkdir(parents=True)
+    src = Workspace(real)
+    keep = set(domains) if domains is not None else None
+    for d in src.domain_ids():
+        if keep is None or d in keep:
+            (into / "domains" / d).symlink_to(src.domain_dir(d).resolve(), target_is_directory=True)
+    ws = Workspace(into)
+    run = ws.rollout_dir(GOLD_RUN)
+    run.mkdir(parents=True)
+    with open(src.rollout_dir(GOLD_RUN) / TRAJECTORIES, "rb") as fh, open(run / TRAJECTORIES, "wb") as out:
+        for line in fh:
+            if keep is None or json.loads(line).get("domain") in keep:
+                out.write(line)
+    return ws
+
+
+def stage(ws: Workspace, run: str) -> None:
+    """A fresh, verdict-free copy of the gold-replay trajectories as run `run`."""
     d = ws.rollout_dir(run)
     if d.exists():
         shutil.rmtree(d)
     d.mkdir(parents=True)
-    shutil.copyfile(src, d / TRAJECTORIES)
-
-
-def static_alone(ws: Workspace, trajs: list[Trajectory]) -> float:
-    """Seconds for the static checks of every trajectory, scenarios and specs loaded (new
-    validators: cold), the cyclic GC paused as verify_run pauses it."""
-    gc.disable()
-    try:
-        t0 = time.perf_counter()
-        scenarios = scenario_map(ws, {t.domain for t in trajs})
-        tools = {d: DomainTools(DomainSpec.load(ws.domain_dir(d))) for d in {t.domain for t in trajs}}
-        for t in trajs:
-            check_dialogue(t, scenarios[t.scenario_id], tools[t.domain])
-        return time.perf_counter() - t0
-    finally:
-        gc.enable()
+    shutil.copyfile(ws.rollout_dir(GOLD_RUN) / TRAJECTORIES, d / TRAJECTORIES)
 
 
 def sandbox_cpu_s(envs: list[Environment]) -> float:
@@ -121,82 +132,101 @@ def sandbox_cpu_s(envs: list[Environment]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def row(name: str, n: int, times: list[float], reports: list[dict] | None = None, **extra) -> dict:
-    med = statistics.median(times)
-    out = {"row": name, "trajectories": n, "repeats": len(times), "median_s": round(med, 4),
-           "trajectories_per_s": round(n / med, 1), "load_before_after": extra.pop("load")}
-    if reports:
-        rep = reports[-1]
-        out["median_parts_s"] = {k: round(statistics.median(r["seconds"][k] for r in reports), 4)
-                                 for k in rep["seconds"]}
-        out["median_parts_s"]["verify_of_which_replay_and_verdicts"] = round(statistics.median(
-            r["replay"]["seconds"] for r in reports), 4)
-        out.update(passed=rep["passed"], reasons={k: v for k, v in rep["reasons"].items() if v},
-                   replayed_fresh=rep["replay"]["replayed_fresh"], unstable=rep["replay"]["unstable"],
-                   failed_domains=len(rep["replay"]["failed_domains"]))
-    return {**out, **extra}
+def static_alone(ws: Workspace, trajs: list[Trajectory]) -> float:
+    """Seconds for the static checks of every trajectory, scenarios and specs loaded (new
+    validators: cold), the cyclic GC paused as verify_run pauses it."""
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        scenarios = scenario_map(ws, {t.domain for t in trajs})
+        tools = {d: DomainTools(DomainSpec.load(ws.domain_dir(d))) for d in {t.domain for t in trajs}}
+        for t in trajs:
+            check_dialogue(t, scenarios[t.scenario_id], tools[t.domain])
+        return time.perf_counter() - t0
+    finally:
+        gc.enable()
 
 
-def bench_workspace(ws: Workspace, repeats: int, sample: int) -> list[dict]:
-    src = ws.rollout_dir(GOLD_RUN) / TRAJECTORIES
+def measure(ws: Workspace, repeats: int, fresh_sample: int) -> dict:
+    """Every real row on `ws` with the code this process imported (this tree, or --before's)."""
     trajs = load_trajectories(ws, GOLD_RUN)
     domains = sorted({t.domain for t in trajs})
-    shape = {"trajectories": len(trajs), "domains": len(domains), "scenarios": len({t.scenario_id for t in trajs}),
-             "tool_calls": sum(len(m.get("tool_calls") or []) for t in trajs for m in t.messages),
-             "write_scenarios": sum(not s.read_only for s in scenario_map(ws, domains).values()
-                                    if s.id in {t.scenario_id for t in trajs}),
-             "bytes_per_trajectory": src.stat().st_size // max(len(trajs), 1)}
-    rows = []
-    ld = load()
-    times = [static_alone(ws, trajs) for _ in range(repeats)]
-    rows.append(row("real workspace: static checks alone (no replay)", len(trajs), times, load=[ld, load()]))
+    out: dict = {"trajectories": len(trajs), "domains": len(domains), "load": [load()]}
+    out["static_s"] = [static_alone(ws, trajs) for _ in range(repeats)]
+    del trajs
+    gc.collect()
 
-    ld = load()
     t0 = time.perf_counter()
-    envs = {d: Environment.open(ws.domain_dir(d), spin_us=0) for d in domains}
-    open_s = time.perf_counter() - t0
-    try:
-        times, reports, cpu = [], [], []
-        for _ in range(repeats):
-            stage(ws, src, "bench-verify")
-            s0, c0, t0 = sandbox_cpu_s(list(envs.values())), time.process_time(), time.perf_counter()
-            with Replayer(ws.root / "domains", envs) as rp:  # new hash caches, DomainTools: cold
-                reports.append(verify_run(ws, "bench-verify", replayer=rp))
-            times.append(time.perf_counter() - t0)
-            cpu.append((time.process_time() - c0, sandbox_cpu_s(list(envs.values())) - s0))
-        rows.append(row("real workspace: replay verification, workers open", len(trajs), times, reports,
-                        load=[ld, load()], workers_opened_s=round(open_s, 2),
-                        cpu_ms_per_trajectory={"verifier": round(1000 * statistics.median(c for c, _ in cpu) / len(trajs), 3),
-                                               "sandbox": round(1000 * statistics.median(s for _, s in cpu) / len(trajs), 3)}))
+    with Replayer(ws.root / "domains") as rp:
+        if hasattr(rp, "prefetch"):
+            rp.prefetch(domains)
+        for d in domains:
+            rp.domain(d)
+        out["open_s"] = time.perf_counter() - t0
+    out["load"].append(load())
 
-        ld = load()
-        picked = trajs[:: max(1, len(trajs) // sample)][:sample]
+    with ThreadPoolExecutor(4) as pool:  # the bench's own opening, alike for every code version
+        envs = dict(zip(domains, pool.map(lambda d: Environment.open(ws.domain_dir(d), spin_us=0), domains)))
+    try:
+        walls, cpu, reports = [], [], []
+        for _ in range(repeats):
+            stage(ws, "bench-verify")
+            s0, c0, t0 = sandbox_cpu_s(list(envs.values())), time.process_time(), time.perf_counter()
+            with Replayer(ws.root / "domains", envs) as rp:  # new oracles and validators: cold
+                rep = verify_run(ws, "bench-verify", replayer=rp)
+            walls.append(time.perf_counter() - t0)
+            cpu.append([time.process_time() - c0, sandbox_cpu_s(list(envs.values())) - s0])
+            reports.append({"seconds": rep["seconds"], "passed": rep["passed"],
+                            "reasons": {k: v for k, v in rep["reasons"].items() if v},
+                            "replayed_fresh": rep["replay"]["replayed_fresh"], "unstable": rep["replay"]["unstable"],
+                            "failed_domains": len(rep["replay"]["failed_domains"])})
+        out.update(open_walls=walls, open_cpu=cpu, open_reports=reports)
+        out["load"].append(load())
+
+        picked = load_trajectories(ws, GOLD_RUN)
+        picked = picked[:: max(1, len(picked) // fresh_sample)][:fresh_sample]
         by_domain: dict[str, list] = {}
         for t in picked:
-            by_domain.setdefault(t.domain, []).append(t)
+            by_domain.setdefault(t.domain, []).append([(c["function"]["name"], c["function"]["arguments"])
+                                                       for m in t.messages for c in m.get("tool_calls") or []])
         t0 = time.perf_counter()
-        for d, ts in by_domain.items():
-            calls = [[(c["function"]["name"], c["function"]["arguments"]) for m in t.messages
-                      for c in m.get("tool_calls") or []] for t in ts]
+        for d, calls in by_domain.items():
             list(envs[d].replay(calls, fresh=True))
-        fresh_s = time.perf_counter() - t0
-        rows.append(row("real workspace: replay only, a fresh sandbox child per trajectory (sample)", len(picked),
-                        [fresh_s], load=[ld, load()]))
+        out["fresh"] = [len(picked), time.perf_counter() - t0]
     finally:
         for e in envs.values():
             e.close()
 
-    ld = load()
-    stage(ws, src, "bench-verify")
+    stage(ws, "bench-verify")
     t0 = time.perf_counter()
     rep = verify_run(ws, "bench-verify")
-    rows.append(row("real workspace: replay verification from nothing (opens every domain's worker)", len(trajs),
-                    [time.perf_counter() - t0], [rep], load=[ld, load()]))
+    out["nothing_s"] = time.perf_counter() - t0
+    out["nothing_passed"] = rep["passed"]
+    out["load"].append(load())
     shutil.rmtree(ws.rollout_dir("bench-verify"))
-    return [{"workload": shape}] + rows
+    return out
+
+
+def measure_before(ref: str, ws: Workspace, repeats: int, fresh_sample: int, tmp: Path) -> dict:
+    """measure() with git REF's code, in a subprocess (the same workload and workspace)."""
+    code = tmp / "before"
+    code.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--measure", str(ws.root),
+                          "--repeats", str(repeats), "--fresh-sample", str(fresh_sample)],
+                         env={**os.environ, "BENCH_CODE_ROOT": str(code)}, capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(f"--before {ref}: {res.stderr[-2000:]}")
+    return {"ref": ref, "sha": sha, **json.loads(res.stdout.strip().splitlines()[-1])}
 
 
 def shop_copies(ws: Workspace, n: int) -> list[Trajectory]:
+    from tasks.rollouts.conversation import trajectory_id
+    from tasks.rollouts.gold import gold_trajectory
+
     scen = load_scenarios(ws, "shop")
     with Environment.open(ws.domain_dir("shop")) as env:
         golds = [gold_trajectory(s, env, env.tools(), "You are a customer-service agent.", "bench") for s in scen]
@@ -218,52 +248,164 @@ def shop_copies(ws: Workspace, n: int) -> list[Trajectory]:
 
 
 def bench_shop(n: int, repeats: int) -> dict:
+    from tasks.scenarios.build import build_scenarios
+    from tests.conftest import load_shop_builder
+
     with tempfile.TemporaryDirectory() as tmp:
         ws = Workspace(tmp)
         load_shop_builder()(ws.domain_dir("shop"))
         build_scenarios(ws, "shop", per_domain=20, seed=0)
         trajs = shop_copies(ws, n)
-        src = Path(tmp) / "copies.jsonl"
-        src.write_text("".join(t.model_dump_json() + "\n" for t in trajs))
-        ld = load()
+        ws.rollout_dir(GOLD_RUN).mkdir(parents=True)
+        (ws.rollout_dir(GOLD_RUN) / TRAJECTORIES).write_text("".join(t.model_dump_json() + "\n" for t in trajs))
         with Environment.open(ws.domain_dir("shop"), spin_us=0) as env:
-            times, reports = [], []
+            walls, reports = [], []
             for _ in range(repeats):
-                stage(ws, src, "bench")
+                stage(ws, "bench")
                 t0 = time.perf_counter()
                 with Replayer(ws.root / "domains", {"shop": env}) as rp:
                     reports.append(verify_run(ws, "bench", replayer=rp))
-                times.append(time.perf_counter() - t0)
-        return row("shop fixture: copies of 20 scenarios' gold replays (second row)", len(trajs), times, reports,
-                   load=[ld, load()], mix=dict(Counter("forged_hash" if t.final_hash == "0" * 32 else t.end_reason
-                                                       if t.end_reason != "user_stop" else "missing_last_call"
-                                                       if not t.final_hash else "as_recorded" for t in trajs)))
+                walls.append(time.perf_counter() - t0)
+        rep = reports[-1]
+        return {"n": len(trajs), "walls": walls, "passed": rep["passed"],
+                "reasons": {k: v for k, v in rep["reasons"].items() if v}}
+
+
+def figures(rec, m: dict, label: str, anchor_m: dict | None, anchor_label: str) -> list[str]:
+    """The real rows as Figures (anchor: the --before measurement of the same row), and their markdown."""
+    from results_io import Anchor, Figure
+
+    n = m["trajectories"]
+    rows = []
+
+    def add(name: str, per_s: list[float], aim: str | None = None, aim_value: float | None = None,
+            anchor_per_s: list[float] | None = None) -> None:
+        med = statistics.median(per_s)
+        anchor = None
+        if anchor_per_s:
+            anchor = Anchor(value=round(statistics.median(anchor_per_s), 1), unit="trajectories/s", kind="measured",
+                            source=anchor_label)
+        rec.figures.append(Figure(name=name, value=round(med, 1), unit="trajectories/s", workload=label,
+                                  median=round(med, 1),
+                                  ratio_to_anchor=round(med / anchor.value, 2) if anchor else None, anchor=anchor,
+                                  aim=aim, meets_aim=None if aim_value is None else med >= aim_value))
+        rows.append(f"| {name} | {med:,.0f} | {anchor.value if anchor else '-':,} | "
+                    f"{'%.2fx' % (med / anchor.value) if anchor else '-'} | {len(per_s)} |")
+
+    def rate(ms: dict, key: str) -> list[float]:
+        return [ms["trajectories"] / s for s in ms[key]]
+
+    a = anchor_m
+    add("replay verification, workers open (cold caches)", rate(m, "open_walls"), ">= 2,000/s (issue 24); "
+        ">= 5,000/s (issue 20 aim 4)", 2000, rate(a, "open_walls") if a else None)
+    add("replay verification from nothing (opens every worker)", [n / m["nothing_s"]], None, None,
+        [a["trajectories"] / a["nothing_s"]] if a else None)
+    add("static checks alone (no replay)", rate(m, "static_s"), None, None, rate(a, "static_s") if a else None)
+    add("replay only, a fresh sandbox child per trajectory (sample)", [m["fresh"][0] / m["fresh"][1]], None, None,
+        [a["fresh"][0] / a["fresh"][1]] if a else None)
+    cpu_v = statistics.median(c for c, _ in m["open_cpu"]) * 1000 / n
+    cpu_s = statistics.median(s for _, s in m["open_cpu"]) * 1000 / n
+    for name, v, av in (("verifier CPU per trajectory (workers open)", cpu_v,
+                         statistics.median(c for c, _ in a["open_cpu"]) * 1000 / n if a else None),
+                        ("sandbox CPU per trajectory (workers open)", cpu_s,
+                         statistics.median(s for _, s in a["open_cpu"]) * 1000 / n if a else None)):
+        rec.figures.append(Figure(name=name, value=round(v, 3), unit="ms", workload=label, median=round(v, 3),
+                                  anchor=Anchor(value=round(av, 3), unit="ms", kind="measured", source=anchor_label)
+                                  if av else None, ratio_to_anchor=round(v / av, 2) if av else None))
+        rows.append(f"| {name} | {v:.3f} ms | {'%.3f ms' % av if av else '-'} | "
+                    f"{'%.2fx' % (v / av) if av else '-'} | {len(m['open_cpu'])} |")
+    rec.figures.append(Figure(name="opening every domain's sandbox worker", value=round(m["open_s"], 2), unit="s",
+                              workload=f"{label}: {m['domains']} domains", median=round(m["open_s"], 2),
+                              anchor=Anchor(value=round(a["open_s"], 2), unit="s", kind="measured",
+                                            source=anchor_label) if a else None,
+                              ratio_to_anchor=round(m["open_s"] / a["open_s"], 2) if a else None))
+    rows.append(f"| opening every domain's worker ({m['domains']}) | {m['open_s']:.1f} s | "
+                f"{'%.1f s' % a['open_s'] if a else '-'} | {'%.2fx' % (m['open_s'] / a['open_s']) if a else '-'} | 1 |")
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workspace", type=Path, help="A real workspace with a gold-replay run (see --build).")
+    ap.add_argument("--workspace", type=Path, default=os.environ.get("AGENTSCALER_BENCH_WS") or None,
+                    help="A real workspace with a gold-replay run (only read; see --build).")
+    ap.add_argument("--quick", action="store_true", help=f"First {QUICK_DOMAINS} domains, 2 repeats: a few minutes.")
+    ap.add_argument("--before", help="Also measure git REF's code on the same workload (the measured anchor).")
     ap.add_argument("--build", action="store_true", help="Build the workspace first if it has no gold-replay run.")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--fresh-sample", type=int, default=200, help="Trajectories replayed one fresh child each.")
-    ap.add_argument("--shop-n", type=int, default=5000)
-    ap.add_argument("--out", type=Path, help="Also write the results here (JSON).")
+    ap.add_argument("--repeats", type=int)
+    ap.add_argument("--fresh-sample", type=int)
+    ap.add_argument("--shop-n", type=int)
+    ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # --before's subprocess: one JSON line
     a = ap.parse_args()
-    out: dict = {"cpus": os.cpu_count(), "aim_per_s": 2000, "rows": []}
-    if a.workspace is not None:
-        ws = Workspace(a.workspace)
-        if not (ws.rollout_dir(GOLD_RUN) / TRAJECTORIES).exists():
-            if not a.build:
-                sys.exit(f"{a.workspace} has no {GOLD_RUN} run: pass --build to make it")
-            t0 = time.perf_counter()
-            build_workspace(ws)
-            out["build_s"] = round(time.perf_counter() - t0, 1)
-        out["rows"] += bench_workspace(ws, a.repeats, a.fresh_sample)
-    out["rows"].append(bench_shop(a.shop_n, a.repeats))
-    text = json.dumps(out, indent=2)
-    print(text)
-    if a.out:
-        a.out.write_text(text + "\n")
+    repeats = a.repeats or (2 if a.quick else 3)
+    fresh_sample = a.fresh_sample or (50 if a.quick else 200)
+    if a.measure is not None:
+        print(json.dumps(measure(Workspace(a.measure), repeats, fresh_sample)))
+        return
+
+    from results_io import Figure, Recorder
+
+    mode = "quick" if a.quick else "full"
+    md: list[str] = []
+    with Recorder("verify") as rec, tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
+        rec.layers = list(LAYERS)
+        if a.workspace is None:
+            rec.notes.append("no real workspace given (--workspace or AGENTSCALER_BENCH_WS): real rows not measured")
+        else:
+            real = Workspace(a.workspace)
+            if not (real.rollout_dir(GOLD_RUN) / TRAJECTORIES).exists():
+                if not a.build:
+                    sys.exit(f"{a.workspace} has no {GOLD_RUN} run: pass --build to make it")
+                build_workspace(real)
+            doms = sorted({json.loads(line)["domain"] for line in open(real.rollout_dir(GOLD_RUN) / TRAJECTORIES)})
+            picked = doms[:QUICK_DOMAINS] if a.quick else None
+            ws = scratch_workspace(Path(a.workspace), picked, Path(tmp) / "ws")
+            trajs = load_trajectories(ws, GOLD_RUN)
+            src = ws.rollout_dir(GOLD_RUN) / TRAJECTORIES
+            shape = {"trajectories": len(trajs), "domains": len({t.domain for t in trajs}),
+                     "scenarios": len({t.scenario_id for t in trajs}),
+                     "tool_calls": sum(len(m.get("tool_calls") or []) for t in trajs for m in t.messages),
+                     "bytes_per_trajectory": src.stat().st_size // max(len(trajs), 1)}
+            del trajs
+            label = (f"real ({mode}): {a.workspace} gold replays, {shape['trajectories']} trajectories, "
+                     f"{shape['scenarios']} scenarios, {shape['domains']} of {len(doms)} domains")
+            before = after = None
+            runs = []
+            for turn in (["before", "after"] if a.before else ["after"]):  # the anchor first: a warm page cache favours the second
+                if turn == "before":
+                    before = measure_before(a.before, ws, repeats, fresh_sample, Path(tmp))
+                    runs.append(before)
+                else:
+                    after = measure(ws, repeats, fresh_sample)
+                    runs.append(after)
+            anchor_label = f"git {a.before} ({before['sha']}), same run, same workload" if before else ""
+            md.append(f"## Real workspace ({mode})\n\n{label}; {shape['tool_calls']} tool calls, "
+                      f"{shape['bytes_per_trajectory']:,} bytes per trajectory.\n")
+            md.append("| row | this tree | " + (f"{a.before} ({before['sha']})" if before else "anchor")
+                      + " | ratio | repeats |\n|---|---|---|---|---|")
+            md += figures(rec, after, label, before, anchor_label)
+            md.append("")
+            for name, m in (("this tree", after), (f"{a.before}", before)):
+                if m is None:
+                    continue
+                md.append(f"- {name}: load during its rows {m['load']}; replay verification parts (median s): "
+                          f"{ {k: round(statistics.median(r['seconds'][k] for r in m['open_reports']), 3) for k in ('read', 'verify', 'write')} }; "
+                          f"last repeat: {m['open_reports'][-1]}; from nothing passed {m['nothing_passed']}")
+            rec.notes.append(f"real workload: {json.dumps(shape)}")
+        shop = bench_shop(a.shop_n or (1000 if a.quick else 5000), repeats)
+        rate = [shop["n"] / w for w in shop["walls"]]
+        rec.figures.append(Figure(name="replay verification, workers open", value=round(statistics.median(rate), 1),
+                                  unit="trajectories/s", median=round(statistics.median(rate), 1),
+                                  workload=f"fixture (flattering: copies): {shop['n']} copies of the shop domain's "
+                                           f"20 gold replays, 1 domain, 40% broken on purpose"))
+        md.append(f"\n## Fixture (flattering: copies)\n\n{shop['n']} copies of 20 shop gold replays (20% at the turn "
+                  f"limit, 20% missing their last call, 1 in 100 with a forged hash): "
+                  f"{statistics.median(rate):,.0f} trajectories/s (median of {len(rate)}); passed {shop['passed']}, "
+                  f"reasons {shop['reasons']}.")
+        rec.notes.append("throughput = trajectories / wall seconds of verify_run (read, check, replay, judge, "
+                         "write verified.jsonl and the trajectories with verdicts), median over repeats; no per-trajectory latency "
+                         "(trajectories are replayed many per round trip), so no p99")
+    path = rec.write("\n".join(md))
+    print(path.read_text())
 
 
 if __name__ == "__main__":

@@ -254,8 +254,20 @@ class _Image:
         self.conn.execute("PRAGMA trusted_schema = OFF")
         register_functions(self.conn)
         self.conn.set_progress_handler(lambda: 1 if time.monotonic() > self.deadline else 0, 10000)
-        self.conn.deserialize(data)  # once: dbstat after a second deserialize() crashes SQLite 3.40
+        self.conn.deserialize(data)  # dbstat after a second deserialize() crashes SQLite 3.40: see reload
         self.conn.set_authorizer(self._authorize)
+        self.reloaded = False
+
+    def reload(self, data: bytes) -> None:
+        """Hold another image on the same connection (a third cheaper than a new one). Never use
+        dbstat afterwards (SQLite 3.40 crashes); the schema is parsed again from the new image,
+        with the authorizer on (deserialize itself is refused by it, and runs nothing of the image)."""
+        self.conn.set_authorizer(None)
+        try:
+            self.conn.deserialize(data)
+        finally:
+            self.conn.set_authorizer(self._authorize)
+        self.reloaded = True
 
     @staticmethod
     def _authorize(action: int, arg1: Any, arg2: Any, dbname: Any, trigger: Any) -> int:
@@ -342,6 +354,7 @@ class StateOracle:
 
     def _pages(self, names: Any) -> dict[str, set[int]] | None:
         """Pages (b-tree and overflow) of each table, from SQLite's dbstat; None without dbstat."""
+        assert not self.db.reloaded  # (see _Image.reload)
         conn = self.db.start()
         out: dict[str, set[int]] = {}
         try:
@@ -359,8 +372,7 @@ class StateOracle:
             self.image = image
             return
         changed = changed_pages(self.seed, image)
-        self.db.close()
-        self.db = _Image(image)
+        self.db.reload(image)
         self.image = image
         self.schema = self.db.schema()
         if changed is None or self.pages is None or self.schema != self.seed_schema:

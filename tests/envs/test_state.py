@@ -203,3 +203,21 @@ def test_the_oracle_reads_a_hostile_image_safely():
     oracle = StateOracle(EXACT, seed)
     h = oracle.hash(bytes(conn.serialize()))
     assert oracle.digests["items"].startswith("error:") and h != oracle.hash(seed)
+
+
+def test_the_oracle_after_a_hostile_image_hashes_the_next_one_right():
+    """The oracle reuses one connection for every image it loads: an image that is not a database,
+    or one whose table became a view, leaves nothing behind for the next (honest) image."""
+    from envs.state import StateOracle
+
+    conn = _db(EXACT, {"items": [(1, "a", 1, 1.0, None)]})
+    seed = bytes(conn.serialize())
+    plan = StatePlan(EXACT)
+    oracle = StateOracle(EXACT, seed)
+    conn.execute("UPDATE items SET qty = 2")
+    honest = bytes(conn.serialize())
+    view = _db([], {})
+    view.execute("CREATE VIEW items AS SELECT 1 AS id, 'a' AS label, 2 AS qty, 1.0 AS price, NULL AS meta")
+    for bad in (b"not a database" * 512, bytes(view.serialize())):
+        assert oracle.hash(bad) not in (oracle.hash(seed), plan.state_hash(conn))
+        assert oracle.hash(honest) == plan.state_hash(conn) != oracle.hash(seed)
