@@ -165,8 +165,10 @@ def measure(ws: Workspace, repeats: int, fresh_sample: int) -> dict:
         out["open_s"] = time.perf_counter() - t0
     out["load"].append(load())
 
-    with ThreadPoolExecutor(4) as pool:  # the bench's own opening, alike for every code version
-        envs = dict(zip(domains, pool.map(lambda d: Environment.open(ws.domain_dir(d), spin_us=0), domains)))
+    # The bench's own opening, alike for every code version. The pool lives as long as the workers:
+    # a sandbox worker dies with the thread that started it.
+    pool = ThreadPoolExecutor(4)
+    envs = dict(zip(domains, pool.map(lambda d: Environment.open(ws.domain_dir(d), spin_us=0), domains)))
     try:
         walls, cpu, reports = [], [], []
         for _ in range(repeats):
@@ -196,6 +198,7 @@ def measure(ws: Workspace, repeats: int, fresh_sample: int) -> dict:
     finally:
         for e in envs.values():
             e.close()
+        pool.shutdown()
 
     stage(ws, "bench-verify")
     t0 = time.perf_counter()

@@ -81,7 +81,12 @@ class DomainReplay:
 class Replayer:
     """The replaying side of one verification: a DomainReplay per domain, opened on first use or
     ahead of it (`prefetch`, OPEN_THREADS at a time). `envs` hands in environments that are
-    already open (they stay open: the caller owns them). Thread-safe."""
+    already open (they stay open: the caller owns them). Thread-safe.
+
+    Workers are always started by this object's own threads, which live until close(): a sandbox
+    worker dies with the thread that started it (bubblewrap's --die-with-parent and the worker's
+    PR_SET_PDEATHSIG follow the thread, not the process), so one opened by a caller's short-lived
+    thread (a verification's per-domain pool) would be gone at the next use."""
 
     def __init__(self, ws_domains: Path, envs: dict[str, Environment] | None = None):
         self.root = Path(ws_domains)
@@ -107,13 +112,9 @@ class Replayer:
 
     def domain(self, domain: str) -> DomainReplay | str:
         """The domain's replay (waits while it opens), or why it cannot replay."""
+        self.prefetch([domain])
         with self._lock:
-            fut = self.domains.get(domain)
-            mine = fut is None
-            if mine:
-                fut = self.domains[domain] = Future()
-        if mine:  # asked for before any prefetch: opened by this thread (others asking wait for it)
-            fut.set_result(self._open(domain))
+            fut = self.domains[domain]
         return fut.result()
 
     def close(self) -> None:
