@@ -33,6 +33,7 @@ than most tool calls; within the spin a round trip is ~3 us. AGENTSCALER_SPIN_US
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
@@ -54,6 +55,9 @@ REQUIRED_LAYERS = ("uid", "network", "filesystem", "seccomp", "rlimits", "enviro
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 CTL_TIMEOUT = 60.0  # the zygote answers within milliseconds; this bounds a hung one
 READ_CHUNK = 1 << 16
+# The reply pipe's capacity (Linux default 64 kB): a replay's reply carries many database images,
+# and each pipeful costs both sides a sleep and a wake-up. Pages are taken only while data waits.
+REPLY_PIPE_BYTES = 1 << 20
 
 
 class SandboxError(RuntimeError):
@@ -334,6 +338,10 @@ class WorkerProcess:
                 os.close(fd)
             raise WorkerCrashed(f"zygote failed: {reply.get('error') or 'no child'}")
         self._wfd, self._rfd = fds
+        try:
+            fcntl.fcntl(self._rfd, fcntl.F_SETPIPE_SZ, REPLY_PIPE_BYTES)
+        except OSError:  # over /proc/sys/fs/pipe-max-size or the user's pipe budget: the default then
+            pass
         os.set_blocking(self._wfd, False)
         os.set_blocking(self._rfd, False)
         self._poll = select.poll()
