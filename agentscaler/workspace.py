@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     path = Path(path)
@@ -54,9 +56,12 @@ def read_jsonl(path: Path) -> list[dict]:
             if not line:
                 continue
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+                rows.append(orjson.loads(line))  # 2-3x json's speed; what it refuses (NaN, huge ints) goes to json
+            except orjson.JSONDecodeError:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
     return rows
 
 
