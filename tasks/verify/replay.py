@@ -33,6 +33,7 @@ from envs.episode import Environment, ToolResult
 # interpreter, the zygote's first forks: about 0.12 s of CPU in 0.4-0.6 s), so several overlap.
 OPEN_THREADS = 4
 
+
 @dataclass
 class Replayed:
     """One trajectory's calls, replayed from the seed."""
