@@ -1,0 +1,143 @@
+"""Where replay verification's time goes: CPU per trajectory of each part, on a real workspace.
+
+The parts of `verify_run`, done one after another in one thread with the domains' sandbox workers
+open (so each part's CPU is its own; process time, which the machine's load changes far less than
+wall time): read (orjson + validation), scenarios, argument validators, static checks, the replay
+round trips on the verifier's side (calls checked, encoded, replies decoded), the state hash of
+each written image, verdicts, the two files written, freeing the run; and the sandbox processes'
+CPU over the same replays (/proc). The first use of each domain's state oracle (its seed digests)
+is counted apart: a long-lived verifier pays it once per domain.
+
+    .venv/bin/python benchmarks/bench_verify_parts.py --workspace WS [--quick]
+
+WS: a real workspace with a gold-replay run (bench_verify.py builds one with --build); only read.
+--quick: its first 40 domains. Without --workspace (or AGENTSCALER_BENCH_WS) nothing is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "benchmarks"))
+
+from bench_verify import GOLD_RUN, LAYERS, QUICK_DOMAINS, sandbox_cpu_s, scratch_workspace  # noqa: E402
+from results_io import Figure, Recorder  # noqa: E402
+
+from agentscaler.artifacts import TRAJECTORIES, load_scenarios, read_trajectory_rows  # noqa: E402
+from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_jsonl  # noqa: E402
+from envs.episode import Environment  # noqa: E402
+from tasks.verify.replay import Replayed, Replayer  # noqa: E402
+from tasks.verify.verify import DomainTools, _with_verdict, check_dialogue, judge  # noqa: E402
+
+
+def parts(ws: Workspace) -> tuple[int, dict[str, float], float]:
+    """(trajectories, CPU seconds by part in the verifier, CPU seconds in the sandbox processes)."""
+    cpu: Counter = Counter()
+    clock = [time.process_time()]
+
+    def tick(name: str) -> None:
+        now = time.process_time()
+        cpu[name] += now - clock[0]
+        clock[0] = now
+
+    gc.disable()  # as verify_run
+    rows = list(read_trajectory_rows(ws.rollout_dir(GOLD_RUN) / TRAJECTORIES))
+    trajs, raws = [r[1] for r in rows if r[1] is not None], [r[4] for r in rows if r[1] is not None]
+    tick("read: orjson parse + validation")
+    by: dict[str, list] = {}
+    for t in trajs:
+        by.setdefault(t.domain, []).append(t)
+    domains = sorted(by)
+    pool = ThreadPoolExecutor(4)  # lives as long as the workers (a worker dies with its thread)
+    envs = dict(zip(domains, pool.map(lambda d: Environment.open(ws.domain_dir(d), spin_us=0), domains)))
+    try:
+        clock[0] = time.process_time()
+        s0 = sandbox_cpu_s(list(envs.values()))
+        with Replayer(ws.root / "domains", envs) as rep:
+            rep.prefetch(domains)
+            for d in domains:
+                rep.domain(d)
+            tick("state oracles' first use (seed digests; once per domain)")
+            for d in domains:
+                scenarios = {s.id: s for s in load_scenarios(ws, d)}
+                tick("load scenarios")
+                rp = rep.domain(d)
+                tools = DomainTools(rp.env.spec)
+                tick("argument validators")
+                items = [(t, scenarios[t.scenario_id], check_dialogue(t, scenarios[t.scenario_id], tools))
+                         for t in by[d]]
+                tick("static checks")
+                got = list(rp.env.replay([i[2].calls for i in items]))
+                tick("replay round trips, verifier side")
+                reps = []
+                for (res, image), (_, sc, _) in zip(got, items):
+                    h = rp._hash(image)
+                    reps.append(Replayed(res, h, None if h == sc.gold_hash else rp._diff(image)))
+                tick("state hash of written images")
+                for (t, sc, dlg), r in zip(items, reps):
+                    t.verdict = judge(t, sc, tools, dlg, r)
+                tick("verdicts")
+        sandbox = sandbox_cpu_s(list(envs.values())) - s0
+    finally:
+        for e in envs.values():
+            e.close()
+        pool.shutdown()
+    clock[0] = time.process_time()
+    out = ws.rollout_dir("bench-parts")
+    atomic_write_jsonl(out / "verified.jsonl", [{"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain,
+                                                 "trial": t.trial, "verdict": t.verdict.model_dump()} for t in trajs])
+    tick("write verified.jsonl")
+    data = b"".join(_with_verdict(t, raw) for t, raw in zip(trajs, raws))
+    tick("encode the trajectories with verdicts")
+    atomic_write_bytes(out / TRAJECTORIES, data)
+    tick("write + fsync the trajectories")
+    n = len(trajs)
+    del rows, trajs, raws, by, data
+    tick("free the run's objects")
+    gc.enable()
+    return n, dict(cpu), sandbox
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workspace", type=Path, default=os.environ.get("AGENTSCALER_BENCH_WS") or None)
+    ap.add_argument("--quick", action="store_true", help=f"The first {QUICK_DOMAINS} domains.")
+    a = ap.parse_args()
+    md = []
+    with Recorder("verify_parts") as rec, tempfile.TemporaryDirectory(prefix="bench-verify-parts-") as tmp:
+        rec.layers = list(LAYERS)
+        if a.workspace is None:
+            rec.notes.append("no real workspace given (--workspace or AGENTSCALER_BENCH_WS): nothing measured")
+        else:
+            real = Workspace(a.workspace)
+            doms = sorted({json.loads(line)["domain"] for line in open(real.rollout_dir(GOLD_RUN) / TRAJECTORIES)})
+            ws = scratch_workspace(Path(a.workspace), doms[:QUICK_DOMAINS] if a.quick else None, Path(tmp) / "ws")
+            n, cpu, sandbox = parts(ws)
+            label = (f"real ({'quick' if a.quick else 'full'}): {a.workspace} gold replays, {n} trajectories, "
+                     f"{QUICK_DOMAINS if a.quick else len(doms)} domains")
+            md += [f"{label}; CPU per trajectory (process time), each part alone in one thread.\n",
+                   "| part | us per trajectory | share |", "|---|---|---|"]
+            total = sum(cpu.values()) + sandbox
+            for name, s in [*cpu.items(), ("sandbox processes: tool code, episodes, images", sandbox)]:
+                us = 1e6 * s / n
+                rec.figures.append(Figure(name=f"verification CPU: {name}", value=round(us, 1), unit="us/trajectory",
+                                          median=round(us, 1), workload=label))
+                md.append(f"| {name} | {us:.1f} | {100 * s / total:.0f}% |")
+            md.append(f"| total | {1e6 * total / n:.1f} | 100% |")
+            rec.notes.append("one thread, parts one after another: no overlap of the verifier with the sandbox")
+    print(rec.write("\n".join(md)).read_text())
+
+
+if __name__ == "__main__":
+    main()
