@@ -100,6 +100,14 @@ def scratch_workspace(real: Path, domains: list[str] | None, into: Path) -> Work
     return ws
 
 
+def staged(workspace: Path, quick: bool, tmp: Path) -> tuple[Workspace, list[str]]:
+    """(a scratch workspace in tmp over the real one's domains: all, or with quick the first
+    QUICK_DOMAINS; every domain of the real one's gold-replay run)."""
+    real = Workspace(workspace)
+    doms = sorted({json.loads(line)["domain"] for line in open(real.rollout_dir(GOLD_RUN) / TRAJECTORIES)})
+    return scratch_workspace(workspace, doms[:QUICK_DOMAINS] if quick else None, tmp / "ws"), doms
+
+
 def stage(ws: Workspace, run: str) -> None:
     """A fresh, verdict-free copy of the gold-replay trajectories as run `run`."""
     d = ws.rollout_dir(run)
@@ -359,9 +367,7 @@ def main() -> None:
                 if not a.build:
                     sys.exit(f"{a.workspace} has no {GOLD_RUN} run: pass --build to make it")
                 build_workspace(real)
-            doms = sorted({json.loads(line)["domain"] for line in open(real.rollout_dir(GOLD_RUN) / TRAJECTORIES)})
-            picked = doms[:QUICK_DOMAINS] if a.quick else None
-            ws = scratch_workspace(Path(a.workspace), picked, Path(tmp) / "ws")
+            ws, doms = staged(Path(a.workspace), a.quick, Path(tmp))
             trajs = load_trajectories(ws, GOLD_RUN)
             src = ws.rollout_dir(GOLD_RUN) / TRAJECTORIES
             shape = {"trajectories": len(trajs), "domains": len({t.domain for t in trajs}),

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import sys
 import tempfile
@@ -31,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "benchmarks"))
 
-from bench_verify import GOLD_RUN, LAYERS, QUICK_DOMAINS, sandbox_cpu_s, scratch_workspace  # noqa: E402
+from bench_verify import GOLD_RUN, LAYERS, QUICK_DOMAINS, sandbox_cpu_s, staged  # noqa: E402
 from results_io import Figure, Recorder  # noqa: E402
 
 from agentscaler.artifacts import TRAJECTORIES, load_scenarios, read_trajectory_rows  # noqa: E402
@@ -120,9 +119,7 @@ def main() -> None:
         if a.workspace is None:
             rec.notes.append("no real workspace given (--workspace or AGENTSCALER_BENCH_WS): nothing measured")
         else:
-            real = Workspace(a.workspace)
-            doms = sorted({json.loads(line)["domain"] for line in open(real.rollout_dir(GOLD_RUN) / TRAJECTORIES)})
-            ws = scratch_workspace(Path(a.workspace), doms[:QUICK_DOMAINS] if a.quick else None, Path(tmp) / "ws")
+            ws, doms = staged(Path(a.workspace), a.quick, Path(tmp))
             n, cpu, sandbox = parts(ws)
             label = (f"real ({'quick' if a.quick else 'full'}): {a.workspace} gold replays, {n} trajectories, "
                      f"{QUICK_DOMAINS if a.quick else len(doms)} domains")
