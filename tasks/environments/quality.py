@@ -147,14 +147,31 @@ def _key(res: Any) -> str:
     return json.dumps([bool(res.ok), res.content if res.ok else None], sort_keys=True, default=str)
 
 
+def first_writes(scenarios: list[Any]) -> dict[str, list[dict[str, Any]]]:
+    """Write tool -> arguments of gold write calls that are the first write of their scenario (so the
+    call alone, from the seed, is valid as it was in the scenario: only reads came before)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for s in scenarios:
+        w = next((c for c in s.gold_calls if c.kind == "write"), None)
+        if w is not None and w.arguments not in out.setdefault(w.name, []):
+            out[w.name].append(w.arguments)
+    return out
+
+
 def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, tries: int = 3,
-                   max_reads: int = 12) -> tuple[dict[str, Any], list[Any]]:
+                   max_reads: int = 12, examples: dict[str, list[dict[str, Any]]] | None = None
+                   ) -> tuple[dict[str, Any], list[Any]]:
     """Which write tools some read shows (module docstring). Returns (report, outputs of the
     successful writes, for id coherence). Each write gets up to `tries` grounded calls until one
     changes the state; after it, up to `max_reads` reads (those about the changed tables first)
     are called with arguments drawn from the changed rows. The same reads then run once more on
     the seed, all writes' in one batch of one fresh episode (reads change nothing), and a read
-    whose answer differs shows the write."""
+    whose answer differs shows the write.
+
+    `examples` (first_writes of the domain's scenarios): valid arguments, tried after the grounded
+    calls failed. An API with real checks (tau2's: a payment method the user owns, a delivered
+    order, a reason from a list) rejects random grounded arguments, and a write never made says
+    nothing about whether a read shows it; the read side is unchanged."""
     rng = random.Random(f"observe:{spec.id}:{seed}")
     plans = (spec.report or {}).get("plans") or {}
     reads = [t for t in spec.tools if t.kind == "read"]
@@ -165,9 +182,9 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
     for w in writes:
         r: dict[str, Any] = {"observed": False, "changed": False, "by": None, "why": "no call changed the state"}
         per[w.name] = r
-        for _ in range(tries):
+        for given in [None] * tries + list((examples or {}).get(w.name, []))[:tries]:
             env.reset()
-            args, _ = ground_arguments(w, state, [], rng, optional_prob=0.6)
+            args = given if given is not None else ground_arguments(w, state, [], rng, optional_prob=0.6)[0]
             res = env.call(w.name, args)
             if not res.ok:
                 r["why"] = f"write failed: {(res.error or '')[:120]}"
@@ -213,9 +230,11 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
              "unobserved": {k: v["why"] for k, v in per.items() if not v["observed"]}}, outputs)
 
 
-def environment_quality(env: Any, spec: DomainSpec, state: StateView, seed: int = 0) -> dict[str, Any]:
-    """Id coherence and write observability of one open environment (the seed in `state`)."""
-    obs, outputs = observe_writes(env, spec, state, seed)
+def environment_quality(env: Any, spec: DomainSpec, state: StateView, seed: int = 0,
+                        examples: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """Id coherence and write observability of one open environment (the seed in `state`;
+    `examples`: valid write arguments from the domain's scenarios, see observe_writes)."""
+    obs, outputs = observe_writes(env, spec, state, seed, examples=examples)
     ids = id_coherence(spec, state, outputs, seed)
     return {**ids, **obs}
 
