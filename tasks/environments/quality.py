@@ -103,10 +103,11 @@ def id_coherence(spec: DomainSpec, state: StateView, write_outputs: list[Any], s
 
 
 def _related(read: ToolSpec, tables: set[str], plans: dict[str, Any]) -> bool:
-    """Whether a read is about one of the changed tables (by its plan, or its name and description)."""
+    """Whether a read is about one of the changed tables: by its plan where it has one (a read of
+    `policy_violations` is not about `policies`), else by its name and description."""
     p = plans.get(read.name) or {}
-    if p.get("table") in tables:
-        return True
+    if p.get("table"):
+        return p["table"] in tables
     text = f"{snake(read.name)} {read.description.lower()}"
     return any(singular(t) in text or t in text for t in tables)
 
