@@ -199,7 +199,7 @@ def measure_domain(ws: Workspace, did: str, unsafe: bool,
     try:
         state = StateView(spec, d / spec.seed_path)
         t0 = time.perf_counter()
-        row.update(environment_quality(env, spec, state, examples=first_writes(scen)))
+        row.update(environment_quality(env, spec, state, examples=first_writes([s.gold_calls for s in scen])))
         row["unobserved_causes"] = unobserved_causes(spec, row.get("unobserved") or {},
                                                      {u["name"] for u in rec.get("unobservable") or []})
         row["quality_s"] = round(time.perf_counter() - t0, 3)

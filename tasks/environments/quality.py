@@ -18,6 +18,7 @@ import random
 from typing import Any
 
 from agentscaler.artifacts import load_scenarios
+from agentscaler.models import GoldCall
 from agentscaler.naming import is_id_name, singular, snake
 from envs.spec import DomainSpec, ToolSpec
 from tasks.scenarios.arguments import StateView, ground_arguments, param_keys
@@ -148,12 +149,13 @@ def _key(res: Any) -> str:
     return json.dumps([bool(res.ok), res.content if res.ok else None], sort_keys=True, default=str)
 
 
-def first_writes(scenarios: list[Any]) -> dict[str, list[dict[str, Any]]]:
-    """Write tool -> arguments of gold write calls that are the first write of their scenario (so the
-    call alone, from the seed, is valid as it was in the scenario: only reads came before)."""
+def first_writes(gold: list[list[GoldCall]]) -> dict[str, list[dict[str, Any]]]:
+    """Write tool -> arguments of gold write calls that are the first write of their scenario (each
+    scenario's gold calls in `gold`), so the call alone, from the seed, is valid as it was in the
+    scenario: only reads came before."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for s in scenarios:
-        w = next((c for c in s.gold_calls if c.kind == "write"), None)
+    for calls in gold:
+        w = next((c for c in calls if c.kind == "write"), None)
         if w is not None and w.arguments not in out.setdefault(w.name, []):
             out[w.name].append(w.arguments)
     return out

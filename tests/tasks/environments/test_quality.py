@@ -1,13 +1,13 @@
 """Why a write is not seen: no read about its table in the domain, or a read that shows nothing; tau2's
 writes measured with calls its checks accept."""
 
-from agentscaler.artifacts import load_scenarios
-from agentscaler.workspace import Workspace
+from agentscaler.models import GoldCall
 from envs.episode import Environment
 from envs.sandbox import unsafe_from_env
-from envs.spec import DomainSpec, ToolSpec
+from envs.spec import ToolSpec
+from envs.tau2.build import build_tau2_domain
+from envs.tau2.calls import task_actions
 from tasks.environments.quality import first_writes, observe_writes, unobserved_why
-from tasks.evaluation.tau2 import tau2_domain_dir
 from tasks.scenarios.arguments import StateView
 
 
@@ -32,15 +32,21 @@ def test_tau2_writes_are_measured_with_calls_its_checks_accept(tmp_path):
     """tau2 airline rejects random grounded writes (a payment method the user does not hold, a
     flight without a date): those say nothing about reads. With the first gold write of tau2's own
     tasks tried after them, every write is made and every one is shown by a read (get_*_details)."""
-    ws = Workspace(tmp_path)
-    d = tau2_domain_dir(ws, "airline")
-    spec = DomainSpec.load(d)
-    env = Environment.open(d, unsafe=unsafe_from_env())
+    spec = build_tau2_domain("airline", tmp_path / "airline")
+    kinds = {t.name: t.kind for t in spec.tools}
+    gold = [[GoldCall(name=c["name"], arguments=c["arguments"], kind=kinds[c["name"]]) for c in calls]
+            for _task, calls in task_actions("airline")]
+    env = Environment.open(tmp_path / "airline", unsafe=unsafe_from_env())
     try:
-        state = StateView(spec, d / spec.seed_path)
-        blind, _ = observe_writes(env, spec, state)
-        told, _ = observe_writes(env, spec, state, examples=first_writes(load_scenarios(ws, d.name)))
+        state = StateView(spec, tmp_path / "airline" / spec.seed_path)
+        bad = env.call("book_reservation", {**gold_booking(gold), "payment_methods": [
+            {"payment_id": "gift_card_0000000", "amount": 1}]})  # what a random grounded call looks like
+        told, _ = observe_writes(env, spec, state, examples=first_writes(gold))
     finally:
         env.close()
-    assert any(w.startswith("write failed") for w in blind["unobserved"].values()), blind
+    assert not bad.ok and "payment" in (bad.error or "").lower(), bad
     assert told["writes"] == 6 and told["writes_observed"] == 6, told
+
+
+def gold_booking(gold: list[list[GoldCall]]) -> dict:
+    return next(c.arguments for calls in gold for c in calls if c.name == "book_reservation")
