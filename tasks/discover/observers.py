@@ -93,17 +93,11 @@ def share_reads(records: list[dict[str, Any]], tools: list[Tool], vecs: np.ndarr
                 unobservable += [{"name": tools[w].name, "entity": entity, "why": "no read in the corpus"}
                                  for w in writes]
                 continue
-
-            def strength(i: int) -> tuple[float, float, str]:
-                edge = max((edges.get(i, {}).get(m, (0.0, ''))[0] for m in members), default=0.0)
-                sim = float(max(vecs[i] @ vecs[w] for w in writes)) if vecs is not None and len(vecs) else 0.0
-                return (-edge, -sim, tools[i].name)
-
-            for i in sorted(cands, key=strength)[:cap]:
+            ranked = sorted((_strength(i, members, writes, edges, vecs, tools), i) for i in cands)
+            for (edge, _sim, _name), i in ranked[:cap]:
                 mset.add(i)
-                edge = -strength(i)[0]
                 added.append({"tool": tools[i].id, "name": tools[i].name, "entity": entity,
-                              "for_writes": sorted(tools[w].name for w in writes), "weight": round(edge, 4)})
+                              "for_writes": sorted(tools[w].name for w in writes), "weight": round(-edge, 4)})
         for a in added:
             a["reason"] = (f"read about {a['entity']}, which {', '.join(a['for_writes'][:3])} change; "
                            f"no read of the domain is about it")
@@ -127,6 +121,15 @@ def share_reads(records: list[dict[str, Any]], tools: list[Tool], vecs: np.ndarr
     report = {"reads_shared": shared_n, "domains_given_reads": domains_n, "writes_unobservable": unobs_n,
               "cap": cap}
     return out, report
+
+
+def _strength(i: int, members: list[int], writes: list[int], edges: dict[int, dict[int, tuple[float, str]]],
+              vecs: np.ndarray | None, tools: list[Tool]) -> tuple[float, float, str]:
+    """Sort key of a candidate read (smallest first): its strongest graph edge to the domain, then
+    its similarity to the writes, then its name."""
+    edge = max((edges.get(i, {}).get(m, (0.0, ""))[0] for m in members), default=0.0)
+    sim = float(max(vecs[i] @ vecs[w] for w in writes)) if vecs is not None and len(vecs) else 0.0
+    return (-edge, -sim, tools[i].name)
 
 
 def _shared_edges(added: list[dict[str, Any]], members: list[int], tools: list[Tool], by_id: dict[str, int],
