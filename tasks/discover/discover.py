@@ -79,7 +79,8 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
         if checker is not None and hasattr(checker, "stats"):
             dreport["second_check"] = {"checker": type(checker).__name__, **checker.stats}
         if reading is not None:
-            records, dreport["shared_reads"] = share_reads(records, tools, vecs, g, reading, domain_id)
+            records, dreport["shared_reads"] = share_reads(records, tools, vecs, g, reading, domain_id,
+                                                           max_size=cfg.max_size)
         timings["domains_s"] = time.perf_counter() - t
         atomic_write_json(ws.domains_path, records)
         t = time.perf_counter()

@@ -59,18 +59,19 @@ def _edge_weights(g: Any, n: int) -> dict[int, dict[int, tuple[float, str]]]:
 
 def share_reads(records: list[dict[str, Any]], tools: list[Tool], vecs: np.ndarray | None, g: Any,
                 reading: Reading, domain_id: Callable[[list[str]], str],
-                cap: int = 3) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                cap: int = 3, max_size: int | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each domain record whose writes change an entity no read of the domain is about gets the
     corpus's reads about it (module docstring). Returns (records, report); a changed record gets
     `shared` ([{tool, name, entity, for_writes, weight, reason}]), its new id (members changed) and
-    `unobservable` ([{name, entity, why}]) where the corpus has no read about a write's entity."""
+    `unobservable` ([{name, entity, why}]) where the corpus has no read about a write's entity.
+    A domain never grows past `max_size` (discovery's bound); reads left out for it are counted."""
     by_id: dict[str, int] = {}
     for i, t in enumerate(tools):
         by_id.setdefault(t.id, i)
     read_of: dict[int, tuple[str, str]] = {i: reading(t) for i, t in enumerate(tools)}
     corpus_reads = [(i, e) for i, (k, e) in read_of.items() if k == "read" and e]
     edges = _edge_weights(g, len(tools))
-    out, shared_n, domains_n, unobs_n = [], 0, 0, 0
+    out, shared_n, domains_n, unobs_n, full_n = [], 0, 0, 0, 0
     for rec in records:
         members = [by_id[t] for t in rec["tools"] if t in by_id]
         mset = set(members)
@@ -95,6 +96,9 @@ def share_reads(records: list[dict[str, Any]], tools: list[Tool], vecs: np.ndarr
                 continue
             ranked = sorted((_strength(i, members, writes, edges, vecs, tools), i) for i in cands)
             for (edge, _sim, _name), i in ranked[:cap]:
+                if max_size is not None and len(mset) >= max_size:
+                    full_n += 1
+                    continue
                 mset.add(i)
                 added.append({"tool": tools[i].id, "name": tools[i].name, "entity": entity,
                               "for_writes": sorted(tools[w].name for w in writes), "weight": round(-edge, 4)})
@@ -119,7 +123,7 @@ def share_reads(records: list[dict[str, Any]], tools: list[Tool], vecs: np.ndarr
             unobs_n += len(unobservable)
         out.append(new)
     report = {"reads_shared": shared_n, "domains_given_reads": domains_n, "writes_unobservable": unobs_n,
-              "cap": cap}
+              "cap": cap, "left_out_domain_full": full_n}
     return out, report
 
 

@@ -66,7 +66,10 @@ def test_the_read_about_a_write_joins_its_domain_and_a_write_without_one_is_unob
     assert [u["name"] for u in parking["unobservable"]] == [RECEIPT.name]
     assert parking["unobservable"][0]["why"] == "no read in the corpus"
     assert len(parking["tools"]) == len(PARKING["tools"]) + 1
-    assert report == {"reads_shared": 1, "domains_given_reads": 1, "writes_unobservable": 1, "cap": 3}
+    assert report == {"reads_shared": 1, "domains_given_reads": 1, "writes_unobservable": 1, "cap": 3,
+                      "left_out_domain_full": 0}
+    full, report = share_reads([PARKING], TOOLS, None, None, tool_reading, domain_id, max_size=4)
+    assert "shared" not in full[0] and report["left_out_domain_full"] >= 1  # discovery's size bound holds
 
 
 def test_strongest_edge_first_and_capped():
