@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/bench_env_quality.py --synthetic 3000         # ToolBench-format corpus, built here
     .venv/bin/python benchmarks/bench_env_quality.py --workspace WS           # an already built workspace
     .venv/bin/python benchmarks/bench_env_quality.py --labelled-only          # read/write classification only
+    .venv/bin/python benchmarks/bench_env_quality.py --quick                  # bounded: labelled set + the
+                                                                              # services fixture corpus
 
 Per domain and overall, with the distribution and the worst 10 domains by each metric (with why):
 - id coherence (tasks.environments.quality): id parameters that resolve to a seed row or a created id;
@@ -37,12 +39,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentscaler.artifacts import load_scenarios  # noqa: E402
+from agentscaler.artifacts import load_domains, load_scenarios  # noqa: E402
 from agentscaler.models import Tool  # noqa: E402
 from agentscaler.workspace import Workspace  # noqa: E402
 from envs.episode import Environment  # noqa: E402
+from benchmarks.results_io import Figure, Recorder  # noqa: E402
 from envs.spec import DomainSpec  # noqa: E402
-from tasks.environments.quality import environment_quality, unobserved_why  # noqa: E402
+from tasks.environments.plan import tool_reading  # noqa: E402
+from tasks.environments.quality import environment_quality, first_writes, unobserved_why  # noqa: E402
 from tasks.environments.verbs import classify  # noqa: E402
 from tasks.rollouts.gold import gold_trajectory  # noqa: E402
 from tasks.scenarios.arguments import StateView  # noqa: E402
@@ -52,6 +56,7 @@ from tasks.verify.verify import verify_trajectories  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 LABELLED = ROOT / "tests" / "data" / "labelled_kinds.json"
+SERVICES = ROOT / "tests" / "data" / "corpora" / "services"
 METRICS = [("id_coherence", "id coherence", 0.95), ("write_observability", "write observability", 0.95),
            ("execute_rate", "execution (grounded call, non-empty)", None), ("chain_share", "chain share", 0.40),
            ("nonempty_read_share", "non-empty gold reads", 0.90), ("replay_verified", "gold replays verified", 1.0)]
@@ -91,8 +96,9 @@ def build(ws: Workspace, sources: list[str], per_domain: int, unsafe: bool) -> d
     rep = ingest(ws, sources)
     out["ingest_s"], out["tools"] = round(time.perf_counter() - t, 1), rep["accepted"]
     t = time.perf_counter()
-    disc = discover(ws, draw=False)
+    disc = discover(ws, draw=False, reading=tool_reading)
     out["discover_s"], out["domains"] = round(time.perf_counter() - t, 1), disc.get("domains")
+    out["shared_reads"] = disc.get("shared_reads")
     t = time.perf_counter()
     syn = synthesize_all(ws, unsafe=unsafe)
     out["synthesize_s"] = round(time.perf_counter() - t, 1)
@@ -148,15 +154,18 @@ def tau2_verticals(ws: Workspace) -> list[str]:
     return [d for d in ws.domain_ids() if d.startswith("tau2")]
 
 
-CAUSES = {"no read tool in the domain": "no read tool in the domain",
+CAUSES = {"no read in the corpus": "unobservable: no read in the corpus",
+          "no read tool in the domain": "no read tool in the domain",
           "no read about": "no read about the changed table in the domain",
           "no read shows": "a read about it shows no change", "write failed": "the write failed",
           "changed nothing": "the write changed nothing", "no call changed": "the write changed nothing"}
 
 
-def unobserved_causes(spec: DomainSpec | None, unobserved: dict[str, str]) -> dict[str, int]:
+def unobserved_causes(spec: DomainSpec | None, unobserved: dict[str, str],
+                      no_corpus_read: set[str] = frozenset()) -> dict[str, int]:
     """Unobserved writes by cause. A reason recorded before the "no read about" split (an older
-    result) is split again from the spec's reads and plans, in place."""
+    result) is split again from the spec's reads and plans, in place; a write discovery found no
+    read about anywhere in the corpus (`no_corpus_read`) is "unobservable: no read in the corpus"."""
     out: Counter = Counter()
     reads = [t for t in spec.tools if t.kind == "read"] if spec else []
     plans = ((spec.report or {}).get("plans") or {}) if spec else {}
@@ -164,17 +173,22 @@ def unobserved_causes(spec: DomainSpec | None, unobserved: dict[str, str]) -> di
         if spec is not None and why_.startswith("no read shows the change to ["):
             tables = [t.strip(" '\"") for t in why_.split("[", 1)[1].rstrip("]").split(",")]
             why_ = unobserved[name] = unobserved_why(tables, reads, plans)
+        if name in no_corpus_read and not why_.startswith("write failed"):
+            why_ = unobserved[name] = f"no read in the corpus ({why_})"
         out[next((v for k, v in CAUSES.items() if k in why_), "other")] += 1
     return dict(out)
 
 
 # --- one domain --------------------------------------------------------------------------------------
-def measure_domain(ws: Workspace, did: str, unsafe: bool) -> dict[str, Any]:
+def measure_domain(ws: Workspace, did: str, unsafe: bool,
+                   records: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     d = ws.domain_dir(did)
+    rec = (records or {}).get(did) or {}
     spec = DomainSpec.load(d)
     scen = load_scenarios(ws, did)
     row: dict[str, Any] = {"domain": did, "name": spec.name, "synthesizer": spec.synthesizer, "tools": len(spec.tools),
-                           "tables": [t.name for t in spec.tables]}
+                           "tables": [t.name for t in spec.tables], "shared_reads": len(rec.get("shared") or []),
+                           "unobservable_in_corpus": len(rec.get("unobservable") or [])}
     v = spec.report.get("validation") or {}
     if v:
         per = v.get("tools") or {}
@@ -185,8 +199,9 @@ def measure_domain(ws: Workspace, did: str, unsafe: bool) -> dict[str, Any]:
     try:
         state = StateView(spec, d / spec.seed_path)
         t0 = time.perf_counter()
-        row.update(environment_quality(env, spec, state))
-        row["unobserved_causes"] = unobserved_causes(spec, row.get("unobserved") or {})
+        row.update(environment_quality(env, spec, state, examples=first_writes([s.gold_calls for s in scen])))
+        row["unobserved_causes"] = unobserved_causes(spec, row.get("unobserved") or {},
+                                                     {u["name"] for u in rec.get("unobservable") or []})
         row["quality_s"] = round(time.perf_counter() - t0, 3)
         sq = scenario_quality(scen)
         row.update(sq)
@@ -249,6 +264,19 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "replay_verified": ratio("replays_verified", "replays"), "replays": sum(r.get("replays", 0) for r in rows),
             "scenarios": sum(r.get("scenarios", 0) for r in rows), "kinds": dict(kinds),
             "unobserved_causes": dict(causes.most_common())}
+
+
+def ceiling(p: dict[str, Any]) -> dict[str, Any]:
+    """How many writes any synthesis could show: those some read of their domain is about, and
+    (the corpus ceiling) those some read of the corpus is about; the share of those shown."""
+    causes, n = p["unobserved_causes"], p["writes"]
+    corpus = causes.get(CAUSES["no read in the corpus"], 0)
+    domain = causes.get(CAUSES["no read tool in the domain"], 0) + causes.get(CAUSES["no read about"], 0)
+    seen = round((p["write_observability"] or 0) * n)
+    observable = n - corpus - domain
+    return {"no_read_in_corpus": corpus, "no_read_in_domain": domain, "seen": seen, "observable": observable,
+            "ceiling": (n - corpus - domain) / n if n else None, "corpus_ceiling": (n - corpus) / n if n else None,
+            "observable_shown": seen / observable if observable else None}
 
 
 def dist(rows: list[dict[str, Any]], metric: str) -> str:
@@ -326,14 +354,16 @@ def markdown(res: dict[str, Any]) -> str:
         syn = groups["synthesized"]
         p = pooled(syn)
         if p["writes"]:
-            none = p["unobserved_causes"].get(CAUSES["no read tool in the domain"], 0) + \
-                p["unobserved_causes"].get(CAUSES["no read about"], 0)
-            seen = round(p["write_observability"] * p["writes"])
-            out += ["", f"Unobserved synthesized writes by cause: {p['unobserved_causes']}. {none} of {p['writes']} "
-                        f"writes have no read about what they change in their domain (the corpus gave none), so "
-                        f"the share any synthesis could show is at most {pct((p['writes'] - none) / p['writes'])}; "
-                        f"of the writes some read is about, {seen} / {p['writes'] - none} "
-                        f"({pct(seen / max(1, p['writes'] - none))}) are shown."]
+            c = ceiling(p)
+            out += ["", f"Unobserved synthesized writes by cause: {p['unobserved_causes']}. "
+                        f"{c['no_read_in_corpus']} of {p['writes']} writes change an entity no read of the whole "
+                        f"corpus is about (found by discovery; nothing is invented for them) and "
+                        f"{c['no_read_in_domain']} more have no read about what they change in their domain, so the "
+                        f"share any synthesis could show is at most {pct(c['ceiling'])} "
+                        f"(corpus ceiling {pct(c['corpus_ceiling'])}); of the writes some read is about, "
+                        f"{c['seen']} / {c['observable']} ({pct(c['observable_shown'])}) are shown. Reads shared by "
+                        f"discovery: {sum(r.get('shared_reads') or 0 for r in syn)} in "
+                        f"{sum(bool(r.get('shared_reads')) for r in syn)} domains."]
         out += ["", "Distribution over the synthesized domains (per-domain values):", ""]
         for key, label, aim in METRICS:
             out.append(f"- {label}{' (aim ' + pct(aim) + ')' if aim else ''}: {dist(syn, key)}")
@@ -348,12 +378,15 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def measure_workspace(ws: Workspace, unsafe: bool, limit: int | None = None) -> list[dict[str, Any]]:
+def measure_workspace(ws: Workspace, unsafe: bool, limit: int | None = None,
+                      only: set[str] | None = None) -> list[dict[str, Any]]:
     rows = []
-    ids = ws.domain_ids()[:limit] if limit else ws.domain_ids()
+    ids = [d for d in ws.domain_ids() if only is None or d in only]
+    ids = ids[:limit] if limit else ids
+    records = {r["domain"]: r for r in load_domains(ws)}
     for i, did in enumerate(ids):
         try:
-            rows.append(measure_domain(ws, did, unsafe))
+            rows.append(measure_domain(ws, did, unsafe, records))
         except Exception as exc:  # noqa: BLE001 - a domain that cannot be measured is reported, not fatal
             rows.append({"domain": did, "name": "?", "synthesizer": "?", "tools": 0,
                          "error": f"{type(exc).__name__}: {exc}"[:300]})
@@ -385,6 +418,9 @@ def main() -> None:
     ap.add_argument("--labelled-only", action="store_true")
     ap.add_argument("--per-domain", type=int, default=20)
     ap.add_argument("--limit", type=int, default=None, help="measure at most N domains per workspace")
+    ap.add_argument("--only", type=Path, default=None, help="a file of domain ids (one a line): measure only those")
+    ap.add_argument("--quick", action="store_true",
+                    help="bounded (< 3 min): the labelled set and the services fixture corpus (6 domains)")
     ap.add_argument("--keep", type=Path, default=None, help="build under this folder and keep it")
     ap.add_argument("--out", type=Path, default=RESULTS / "env_quality.md")
     ap.add_argument("--before", type=Path, default=None,
@@ -399,6 +435,10 @@ def main() -> None:
         render(args.render, args.keep, args.out)
         return
     unsafe = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
+    only = set(args.only.read_text().split()) if args.only else None
+    rec = Recorder(args.out.stem).__enter__()
+    rec.layers = ["sandbox: zygote + fresh forked child per episode" + (" (UNSAFE: off)" if unsafe else ""),
+                  "gold replays verified by replay in the sandbox (tasks.verify.replay)"]
     res: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.cpu_count()} cores, {load()}",
                            "labelled": labelled(), "corpora": {}}
     print(f"classification: {res['labelled']['correct']}/{res['labelled']['tools']}", file=sys.stderr)
@@ -411,6 +451,9 @@ def main() -> None:
             for n in ("bfcl", "tau2", "nestful"):
                 fetch(n)
             todo.append(("real corpora: BFCL + tau2 + NESTFUL", Workspace(base / "real"), ["bfcl", "tau2", "nestful"]))
+        if args.quick:
+            todo.append(("fixture: services corpus (6 hand-written domains)", Workspace(base / "services"),
+                         [str(SERVICES)]))
         if args.synthetic:
             from benchmarks.bench_ingest import synth_toolbench
 
@@ -429,7 +472,7 @@ def main() -> None:
                     tau2_verticals(ws)
             print(f"measuring {name} ({load()})", file=sys.stderr)
             t = time.perf_counter()
-            part["domains"] = measure_workspace(ws, unsafe, args.limit)
+            part["domains"] = measure_workspace(ws, unsafe, args.limit, only)
             part["measure_s"] = round(time.perf_counter() - t, 1)
             part["load_after"] = load()
             res["corpora"][name] = part
@@ -442,10 +485,50 @@ def main() -> None:
         if parts and args.before_as:
             res["before"] = {args.before_as: {"when": prev["when"], "machine": prev["machine"],
                                               "domains": parts[0]["domains"], "build": parts[0].get("build")}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(markdown(res))
-    args.out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
-    print(args.out.read_text())
+    rec.__exit__(None, None, None)
+    rec.figures = figures(res)
+    rec.notes = [f"per-domain rows: {args.out.stem}.rows.json"]
+    md = markdown(res)
+    rec.write(md, args.out.parent)
+    args.out.with_suffix(".rows.json").write_text(json.dumps(res, indent=1, default=str))
+    print(md)
+
+
+def figures(res: dict[str, Any]) -> list[Figure]:
+    """The results_io rows: each corpus's pooled shares (synthesized and imported apart), with the
+    per-domain median beside them, and the classification accuracy on the labelled set."""
+    out = []
+    lab = res.get("labelled")
+    if lab:
+        out.append(Figure(name="read/write classification", value=round(100 * lab["accuracy"], 1), unit="%",
+                          workload=f"fixture: hand-labelled set of {lab['tools']} real tools", aim=">= 98% (issue 18)",
+                          meets_aim=lab["accuracy"] >= 0.98))
+    for name, part in res.get("corpora", {}).items():
+        kind = "fixture" if name.startswith("fixture") else "real"
+        for group, rows in _group_rows(part["domains"]).items():
+            if not rows:
+                continue
+            p = pooled(rows)
+            for key, label, aim in METRICS:
+                if p.get(key) is None:
+                    continue
+                per = [r[key] for r in rows if r.get(key) is not None]
+                out.append(Figure(name=f"{label}, {group}", value=round(100 * p[key], 1), unit="%",
+                                  workload=f"{kind}: {name}, {len(rows)} domains (pooled; median = per-domain)",
+                                  median=round(100 * statistics.median(per), 1) if per else None,
+                                  aim=f">= {pct(aim)} (issue 18)" if aim else None,
+                                  meets_aim=(p[key] >= aim) if aim else None))
+            if p["writes"] and group == "synthesized":
+                c = ceiling(p)
+                if c["corpus_ceiling"] is not None:
+                    out.append(Figure(name="write observability ceiling (writes some corpus read is about)",
+                                      value=round(100 * c["corpus_ceiling"], 1), unit="%",
+                                      workload=f"{kind}: {name}, {p['writes']} writes"))
+                if c["observable_shown"] is not None:
+                    out.append(Figure(name="observable writes shown (some read of the domain is about them)",
+                                      value=round(100 * c["observable_shown"], 1), unit="%",
+                                      workload=f"{kind}: {name}, {c['observable']} writes"))
+    return out
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_tex
 from tasks.corpus.ingest import ingest
 from tasks.discover.config import DiscoverConfig
 from tasks.discover.discover import discover
+from tasks.environments.plan import tool_reading
 from tasks.environments.synthesize import synthesize_all
 from tasks.evaluation.compare import compare
 from tasks.evaluation.contamination import check_contamination
@@ -122,8 +123,8 @@ def prepare_workspace(ws: Workspace, cfg: ClosedLoopConfig, log: Any = print) ->
     if not ws.domain_ids() or all(is_tau2(d) for d in ws.domain_ids()):
         log(f"[closed-loop] building a workspace from {cfg.corpus}")
         out["ingest"] = {k: v for k, v in ingest(ws, cfg.corpus).items() if k in ("accepted", "sources")}
-        out["discover"] = {k: v for k, v in discover(ws, cfg=DiscoverConfig(embedding="fast"), draw=False).items()
-                           if k in ("domains", "modularity")}
+        found = discover(ws, cfg=DiscoverConfig(embedding="fast"), draw=False, reading=tool_reading)
+        out["discover"] = {k: v for k, v in found.items() if k in ("domains", "modularity")}
         synth = synthesize_all(ws, synth="rules", seed=cfg.seed)
         out["synthesize"] = synth["counts"]
         built = build_all(ws, per_domain=cfg.per_domain, max_length=cfg.walk_length, seed=cfg.seed)

@@ -18,6 +18,7 @@ from flows.common import run_record
 from tasks.discover.check import LLMDependencyChecker
 from tasks.discover.config import DiscoverConfig
 from tasks.discover.discover import discover
+from tasks.environments.plan import tool_reading
 
 
 # One batch: the whole corpus (community detection needs every tool at once).
@@ -27,11 +28,11 @@ def discover_task(ws_root: str, config: dict[str, Any] | None = None, force: boo
     ws = Workspace(ws_root)
     cfg = DiscoverConfig(**(config or {}))
     if not llm_check:
-        return discover(ws, cfg=cfg, force=force)
+        return discover(ws, cfg=cfg, force=force, reading=tool_reading)
     with serve(llm, log_path=ws.reports_dir / "llm-server.log") as urls:
         client = LLMClient(urls, model=model, timeout=300, cache_path=ws.cache_dir / "llm.sqlite")
         try:
-            return discover(ws, cfg=cfg, force=force, checker=LLMDependencyChecker(client))
+            return discover(ws, cfg=cfg, force=force, checker=LLMDependencyChecker(client), reading=tool_reading)
         finally:
             asyncio.run(client.aclose())
 

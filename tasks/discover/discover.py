@@ -2,7 +2,8 @@
 
 tools (corpus/tools.parquet) -> vectors (tasks.discover.embed) -> graph (tasks.discover.graph:
 graph.pickle, edges.parquet) -> domains (tasks.discover.domains, with the dependency check of
-tasks.discover.check; optionally the LLM check) -> graph/domains.json, graph/report.json,
+tasks.discover.check; optionally the LLM check) -> reads shared with the writes they observe
+(tasks.discover.observers, when given how a tool reads) -> graph/domains.json, graph/report.json,
 reports/domains.png. A re-run with the same tools and config is skipped.
 """
 
@@ -25,18 +26,23 @@ from agentscaler.models import Tool
 from agentscaler.plots import pyplot, save_png
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
 from tasks.discover.config import DiscoverConfig
-from tasks.discover.domains import find_domains
+from tasks.discover.domains import domain_id, find_domains
 from tasks.discover.embed import embed_tools
 from tasks.discover.graph import build_graph, save_graph
+from tasks.discover.observers import Reading, share_reads
 
 
 def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig | None = None,
-             force: bool = False, draw: bool = True, checker: Any = None) -> dict[str, Any]:
+             force: bool = False, draw: bool = True, checker: Any = None,
+             reading: Reading | None = None) -> dict[str, Any]:
     """The whole stage on plain functions: tools (default corpus/tools.parquet) -> graph/domains.json.
 
     Skips the work when graph/report.json already records the same tools and config (unless force).
     `checker`: a second check after the rules' (tasks.discover.check.LLMDependencyChecker); its
     cost (requests, tokens, seconds) goes into the summary as "llm_check".
+    `reading`: how a tool reads (kind, entity; tasks.environments.plan.tool_reading): a domain whose
+    writes change an entity none of its reads is about then gets the corpus's reads about it
+    (tasks.discover.observers); None skips that step.
     """
     cfg = (cfg or DiscoverConfig()).resolved()
     t0 = time.perf_counter()
@@ -48,6 +54,8 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
     key: dict[str, Any] = {"tools": sorted(t.id for t in tools), "config": cfg.model_dump()}
     if checker is not None:  # a second (LLM) check gives other domains: never reuse a rules-only run
         key["checker"] = type(checker).__name__
+    if reading is not None:
+        key["share_reads"] = True
     input_hash = content_hash(key)
     report_path = ws.graph_dir / "report.json"
     if not force and ws.domains_path.exists() and report_path.exists():
@@ -70,6 +78,9 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
         records, dreport = find_domains(tools, vecs, g, cfg, checker=checker)
         if checker is not None and hasattr(checker, "stats"):
             dreport["second_check"] = {"checker": type(checker).__name__, **checker.stats}
+        if reading is not None:
+            records, dreport["shared_reads"] = share_reads(records, tools, vecs, g, reading, domain_id,
+                                                           max_size=cfg.max_size)
         timings["domains_s"] = time.perf_counter() - t
         atomic_write_json(ws.domains_path, records)
         t = time.perf_counter()
@@ -83,7 +94,8 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
     timings = {k: round(v, 3) for k, v in timings.items()}
     summary = {"tools": len(tools), "domains": len(records), "kept_tools": sum(len(r["tools"]) for r in records),
                "dropped": dreport["dropped"], "modularity": dreport["modularity"],
-               "edges": gstats, "embedding": estats, "timings": timings, "skipped": False}
+               "shared_reads": dreport.get("shared_reads"), "edges": gstats, "embedding": estats, "timings": timings,
+               "skipped": False}
     if checker is not None and hasattr(checker, "stats"):
         summary["llm_check"] = dict(checker.stats)
     atomic_write_json(report_path, {"input_hash": input_hash, "config": cfg.model_dump(), "summary": summary, **dreport})

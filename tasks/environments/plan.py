@@ -823,3 +823,13 @@ def _money_col(e: Entity, col: str) -> None:
     if col not in e.columns:
         e.columns[col] = ColumnSpec(name=col, type="real", policy="numeric")
     e.schemas.setdefault(col, {"type": "number", "minimum": 0})
+
+
+def tool_reading(tool: Tool) -> tuple[str, str]:
+    """One tool's kind and entity noun, planned on its own (discovery groups reads with the writes
+    they observe by it: tasks.discover.observers)."""
+    try:
+        pl = plan_tools([tool])[0][0]
+    except Exception:  # noqa: BLE001 - a tool the rules cannot plan is neither read nor write here
+        return "", ""
+    return pl.kind, pl.entity

@@ -18,6 +18,7 @@ import random
 from typing import Any
 
 from agentscaler.artifacts import load_scenarios
+from agentscaler.models import GoldCall
 from agentscaler.naming import is_id_name, singular, snake
 from envs.spec import DomainSpec, ToolSpec
 from tasks.scenarios.arguments import StateView, ground_arguments, param_keys
@@ -103,10 +104,11 @@ def id_coherence(spec: DomainSpec, state: StateView, write_outputs: list[Any], s
 
 
 def _related(read: ToolSpec, tables: set[str], plans: dict[str, Any]) -> bool:
-    """Whether a read is about one of the changed tables (by its plan, or its name and description)."""
+    """Whether a read is about one of the changed tables: by its plan where it has one (a read of
+    `policy_violations` is not about `policies`), else by its name and description."""
     p = plans.get(read.name) or {}
-    if p.get("table") in tables:
-        return True
+    if p.get("table"):
+        return p["table"] in tables
     text = f"{snake(read.name)} {read.description.lower()}"
     return any(singular(t) in text or t in text for t in tables)
 
@@ -147,14 +149,32 @@ def _key(res: Any) -> str:
     return json.dumps([bool(res.ok), res.content if res.ok else None], sort_keys=True, default=str)
 
 
+def first_writes(gold: list[list[GoldCall]]) -> dict[str, list[dict[str, Any]]]:
+    """Write tool -> arguments of gold write calls that are the first write of their scenario (each
+    scenario's gold calls in `gold`), so the call alone, from the seed, is valid as it was in the
+    scenario: only reads came before."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for calls in gold:
+        w = next((c for c in calls if c.kind == "write"), None)
+        if w is not None and w.arguments not in out.setdefault(w.name, []):
+            out[w.name].append(w.arguments)
+    return out
+
+
 def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, tries: int = 3,
-                   max_reads: int = 12) -> tuple[dict[str, Any], list[Any]]:
+                   max_reads: int = 12, examples: dict[str, list[dict[str, Any]]] | None = None
+                   ) -> tuple[dict[str, Any], list[Any]]:
     """Which write tools some read shows (module docstring). Returns (report, outputs of the
     successful writes, for id coherence). Each write gets up to `tries` grounded calls until one
     changes the state; after it, up to `max_reads` reads (those about the changed tables first)
     are called with arguments drawn from the changed rows. The same reads then run once more on
     the seed, all writes' in one batch of one fresh episode (reads change nothing), and a read
-    whose answer differs shows the write."""
+    whose answer differs shows the write.
+
+    `examples` (first_writes of the domain's scenarios): valid arguments, tried after the grounded
+    calls failed. An API with real checks (tau2's: a payment method the user owns, a delivered
+    order, a reason from a list) rejects random grounded arguments, and a write never made says
+    nothing about whether a read shows it; the read side is unchanged."""
     rng = random.Random(f"observe:{spec.id}:{seed}")
     plans = (spec.report or {}).get("plans") or {}
     reads = [t for t in spec.tools if t.kind == "read"]
@@ -165,9 +185,9 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
     for w in writes:
         r: dict[str, Any] = {"observed": False, "changed": False, "by": None, "why": "no call changed the state"}
         per[w.name] = r
-        for _ in range(tries):
+        for given in [None] * tries + list((examples or {}).get(w.name, []))[:tries]:
             env.reset()
-            args, _ = ground_arguments(w, state, [], rng, optional_prob=0.6)
+            args = given if given is not None else ground_arguments(w, state, [], rng, optional_prob=0.6)[0]
             res = env.call(w.name, args)
             if not res.ok:
                 r["why"] = f"write failed: {(res.error or '')[:120]}"
@@ -213,9 +233,11 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
              "unobserved": {k: v["why"] for k, v in per.items() if not v["observed"]}}, outputs)
 
 
-def environment_quality(env: Any, spec: DomainSpec, state: StateView, seed: int = 0) -> dict[str, Any]:
-    """Id coherence and write observability of one open environment (the seed in `state`)."""
-    obs, outputs = observe_writes(env, spec, state, seed)
+def environment_quality(env: Any, spec: DomainSpec, state: StateView, seed: int = 0,
+                        examples: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """Id coherence and write observability of one open environment (the seed in `state`;
+    `examples`: valid write arguments from the domain's scenarios, see observe_writes)."""
+    obs, outputs = observe_writes(env, spec, state, seed, examples=examples)
     ids = id_coherence(spec, state, outputs, seed)
     return {**ids, **obs}
 

@@ -81,7 +81,8 @@ def _sft_origins(ws: Workspace) -> Counter:
 
 
 def funnel(ws: Workspace, run_ids: list[str] | None = None) -> dict[str, int]:
-    """tools -> domains -> environments (their tools, near-duplicate tools merged as aliases) ->
+    """tools -> domains (reads shared with the writes they observe) -> environments (their tools,
+    near-duplicate tools merged as aliases) ->
     scenarios -> trajectories -> verified -> SFT rows, counted on disk (a missing stage counts 0), with every count that mixes origins split into agent experience
     and gold replays (`*_agent`, `*_gold_replay`).
 
@@ -100,7 +101,11 @@ def funnel(ws: Workspace, run_ids: list[str] | None = None) -> dict[str, int]:
         except (OSError, ValueError):  # an unreadable spec is not an environment's tools
             continue
     merged = sum(((s.report or {}).get("near_duplicates") or {}).get("merged", 0) for s in specs)
-    out = {"tools": _parquet_rows(ws.tools_path) if ws.tools_path.exists() else 0, "domains": len(load_domains(ws)),
+    records = load_domains(ws)
+    out = {"tools": _parquet_rows(ws.tools_path) if ws.tools_path.exists() else 0, "domains": len(records),
+           # discovery's reads shared with the writes they observe, and writes no corpus read is about
+           "reads_shared": sum(len(r.get("shared") or []) for r in records),
+           "writes_unobservable_in_corpus": sum(len(r.get("unobservable") or []) for r in records),
            "environments": len(ws.domain_ids()), "environment_tools": sum(len(s.tools) for s in specs),
            "near_duplicates_merged": merged, "scenarios": len(load_scenarios(ws)),
            "trajectories": sum(r["trajectories"] for r in train), "verified": sum(r["passed"] for r in train),
@@ -125,6 +130,10 @@ def funnel_markdown(counts: dict[str, int], runs: list[dict[str, Any]] | None = 
         rows.append([key, counts.get(key, 0), counts.get(f"{key}_agent", "") if split else "",
                      counts.get(f"{key}_gold_replay", "") if split else ""])
     out = [_table(["stage", "total", "agent", "gold replay"], rows)]
+    if counts.get("reads_shared") or counts.get("writes_unobservable_in_corpus"):
+        out += ["", f"Discovery shared {counts.get('reads_shared', 0)} reads with the domains whose writes they "
+                    f"show; {counts.get('writes_unobservable_in_corpus', 0)} writes change what no read of the "
+                    f"corpus is about."]
     if "evaluation_trajectories" in counts:
         out += ["", f"Evaluation runs (not training data, not in the chain above): "
                     f"{counts['evaluation_trajectories']} trajectories, {counts['evaluation_passed']} passed."]

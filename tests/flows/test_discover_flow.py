@@ -49,6 +49,7 @@ def test_cli_discover_and_show_domains(prefect_harness, tmp_path):
     shown = json.loads(res.stdout)
     assert shown and set(shown[0]) == {"domain", "tools"} and max(len(d["tools"]) for d in shown) <= 15
     dropped = json.loads((ws.graph_dir / "report.json").read_text())["dropped"]
-    assert sum(len(d["tools"]) for d in shown) + dropped == len(rows)
+    shared = sum(len(r.get("shared") or []) for r in json.loads(ws.domains_path.read_text()))  # reads in two domains
+    assert sum(len(d["tools"]) for d in shown) - shared + dropped == len(rows)
     bad = runner.invoke(app, ["-w", str(ws.root), "discover", "--method", "kmeans"])
     assert bad.exit_code == 1 and "discover failed" in bad.output

@@ -1,7 +1,14 @@
-"""Why a write is not seen: no read about its table in the domain, or a read that shows nothing."""
+"""Why a write is not seen: no read about its table in the domain, or a read that shows nothing; tau2's
+writes measured with calls its checks accept."""
 
+from agentscaler.models import GoldCall
+from envs.episode import Environment
+from envs.sandbox import unsafe_from_env
 from envs.spec import ToolSpec
-from tasks.environments.quality import unobserved_why
+from envs.tau2.build import build_tau2_domain
+from envs.tau2.calls import task_actions
+from tasks.environments.quality import first_writes, observe_writes, unobserved_why
+from tasks.scenarios.arguments import StateView
 
 
 def _read(name: str, description: str) -> ToolSpec:
@@ -15,3 +22,31 @@ def test_a_write_no_read_is_about_is_told_apart_from_one_a_read_misses():
     # by the read's plan, or by its name and description naming the table
     assert unobserved_why(["tickets"], reads, {"find_events": {"table": "tickets"}}).startswith("no read shows")
     assert unobserved_why(["events"], reads, {}).startswith("no read shows")
+    # a read's plan says what it is about: policy violations are not policies, whatever the name says
+    badge = [_read("get_project_policy_violations", "Policy violations of a project.")]
+    plans = {"get_project_policy_violations": {"table": "policy_violations"}}
+    assert unobserved_why(["policies"], badge, plans) == "no read about ['policies'] in the domain"
+
+
+def test_tau2_writes_are_measured_with_calls_its_checks_accept(tmp_path):
+    """tau2 airline rejects random grounded writes (a payment method the user does not hold, a
+    flight without a date): those say nothing about reads. With the first gold write of tau2's own
+    tasks tried after them, every write is made and every one is shown by a read (get_*_details)."""
+    spec = build_tau2_domain("airline", tmp_path / "airline")
+    kinds = {t.name: t.kind for t in spec.tools}
+    gold = [[GoldCall(name=c["name"], arguments=c["arguments"], kind=kinds[c["name"]]) for c in calls]
+            for _task, calls in task_actions("airline")]
+    env = Environment.open(tmp_path / "airline", unsafe=unsafe_from_env())
+    try:
+        state = StateView(spec, tmp_path / "airline" / spec.seed_path)
+        bad = env.call("book_reservation", {**gold_booking(gold), "payment_methods": [
+            {"payment_id": "gift_card_0000000", "amount": 1}]})  # what a random grounded call looks like
+        told, _ = observe_writes(env, spec, state, examples=first_writes(gold))
+    finally:
+        env.close()
+    assert not bad.ok and "payment" in (bad.error or "").lower(), bad
+    assert told["writes"] == 6 and told["writes_observed"] == 6, told
+
+
+def gold_booking(gold: list[list[GoldCall]]) -> dict:
+    return next(c.arguments for calls in gold for c in calls if c.name == "book_reservation")

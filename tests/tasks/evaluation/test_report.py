@@ -129,3 +129,18 @@ def test_report_without_eval_and_markdown_function(ws: Workspace):
                          contamination={"flagged": 2, "scenarios": 9, "params": {"intent_threshold": 0.92}})
     assert "| tools | 3 |" in md and "min 3, median 5, max 5" in md and "## Evaluation" not in md
     assert "| simple_python | m | auto | 8 | 75.0% |" in md and "2 of 9 scenarios flagged" in md
+
+
+def test_funnel_counts_reads_discovery_shared_and_unobservable_writes(tmp_path):
+    """graph/domains.json as tasks.discover.observers writes it: shared reads and unobservable writes
+    are counted in the funnel and said under its table."""
+    ws = Workspace(tmp_path / "ws2")
+    atomic_write_json(ws.domains_path, [
+        {"domain": "d1", "tools": ["a", "b", "r"], "names": ["a", "b", "r"], "edges": [],
+         "shared": [{"tool": "r", "name": "r", "entity": "session", "for_writes": ["a"], "weight": 0.7,
+                     "reason": "read about session"}],
+         "unobservable": [{"name": "b", "entity": "vehicle", "why": "no read in the corpus"}]},
+        {"domain": "d2", "tools": ["r", "s"], "names": ["r", "s"], "edges": []}])
+    c = funnel(ws)
+    assert (c["domains"], c["reads_shared"], c["writes_unobservable_in_corpus"]) == (2, 1, 1)
+    assert "Discovery shared 1 reads" in funnel_markdown(c)
