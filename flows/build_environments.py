@@ -5,8 +5,8 @@ per batch, whose process reads the corpus once and builds its domains one after 
 with its own sandbox worker, every check as in the one-domain path), so Python work runs on every
 core and no Prefect task run is started per domain. With `processes=0` (and always for the LLM
 synthesizer, whose client lives in this process) each domain is its own Prefect task on a bounded
-thread pool (each task drives its own sandbox worker process). With `batch_deployment` (set by the build-environments deployment) the domains are split
-into batches of `batch_size`, each its own run of that deployment (`build_batch_flow`) on the work
+thread pool (each task drives its own sandbox worker process). With `batch_deployment` (set by
+the build-environments deployment) the domains are split into batches of `batch_size`, each its own run of that deployment (`build_batch_flow`) on the work
 pool, so N workers build N batches at once. A failed domain is marked failed in the catalog with
 its error and never fails the others; finished domains are skipped on a re-run (content-hash
 keys), so a killed run resumes.
@@ -16,26 +16,24 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from functools import lru_cache
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from agentscaler import progress
 from agentscaler.artifacts import load_scenarios, load_tools
 from agentscaler.catalog import Catalog
-from agentscaler.errors import failure, is_transient, transient_only
+from agentscaler.errors import failure, transient_only
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from envs.spec import DomainSpec
-from agentscaler import progress
+from flows.build_worker import build_batch, build_one
 from flows.common import batches, fan_out, failed_text, failure_lines, publish_markdown, run_batch_deployments, run_record
-from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
-from tasks.scenarios.build import build_scenarios
+from tasks.environments.synthesize import domain_tools, load_domain_records
 
 # Domains built at once (each drives its own sandbox worker). Set per worker machine.
 MAX_WORKERS = int(os.environ.get("AGENTSCALER_MAX_WORKERS", "2"))
@@ -44,7 +42,6 @@ BATCH_SIZE = int(os.environ.get("AGENTSCALER_BATCH_SIZE", "25"))
 # Processes that build batches of domains in a local rules build (0: one thread-pool task per domain).
 PROCESSES = int(os.environ.get("AGENTSCALER_BUILD_PROCESSES", str(max(2, os.cpu_count() or 1))))
 BUILD_STAGES = ("synthesize", "scenarios")
-RETRY_DELAYS_S = (2, 10)  # a transiently failed domain is retried after these pauses (as build-domain's retries)
 
 
 @task(name="build-domain", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=transient_only,
@@ -57,65 +54,6 @@ def build_domain_task(item: dict[str, Any], workspace: str, synth: str, seed: in
     record = item["record"]
     tools = [Tool.model_validate(t) for t in item["tools"]]
     return build_one(ws, record, tools, synth, seed, per_domain, max_length, log=log.info)
-
-
-def build_one(ws: Workspace, record: dict[str, Any], tools: list[Tool], synth: str, seed: int, per_domain: int,
-              max_length: int, log: Any = None) -> dict[str, Any]:
-    """One domain: its environment, then its scenarios; the figures the build's summary counts."""
-    t0 = time.perf_counter()
-    spec = synthesize_domain(ws, record, tools, synth=synth, seed=seed)
-    if log:
-        log("synthesize %s: %d tools, %s execute (%.1f s)", spec.id, len(spec.tools), spec.report.get("executes"),
-            time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    scen = build_scenarios(ws, spec.id, per_domain=per_domain, max_length=max_length, seed=seed)
-    if log:
-        log("scenarios %s: %d kept%s (%.1f s)", spec.id, scen.get("kept", 0),
-            ", unchanged" if scen.get("skipped") else "", time.perf_counter() - t0)
-    return {"domain": spec.id, "tools": len(spec.tools), "executes": spec.report.get("executes"),
-            "scenarios": scen.get("kept", 0), "skipped": bool(scen.get("skipped"))}
-
-
-@lru_cache(maxsize=1)
-def _corpus(workspace: str, stamp: tuple[int, int, int, int]) -> tuple[dict[str, dict[str, Any]], list[Tool],
-                                                                      dict[str, int]]:
-    """A pool process's domain records by id, the corpus' tools and their positions by id, read once
-    per process (again only when graph/domains.json or corpus/tools.parquet changed: `stamp`)."""
-    ws = Workspace(workspace)
-    tools = load_tools(ws.tools_path)
-    return ({str(r.get("domain")): r for r in load_domain_records(ws)}, tools,
-            {t.id: i for i, t in enumerate(tools) if t.id})
-
-
-def _members(record: dict[str, Any], tools: list[Tool], where: dict[str, int]) -> list[Tool]:
-    """domain_tools(record, tools) by index (the same tools in corpus order) instead of a scan of the corpus."""
-    found = sorted({where[i] for i in record.get("tools") or [] if isinstance(i, str) and i in where})
-    return [tools[i] for i in found] if found else domain_tools(record, tools)
-
-
-def build_batch(workspace: str, domains: list[str], synth: str, seed: int, per_domain: int,
-                max_length: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Build `domains` one after another in this process (a pool process, or any caller): (results
-    by domain, failures by domain as `agentscaler.errors.failure`). A transient failure is retried
-    after RETRY_DELAYS_S; a failed domain never stops the batch."""
-    ws = Workspace(workspace)
-    dp, tp = ws.domains_path.stat(), ws.tools_path.stat()
-    records, tools, where = _corpus(str(ws.root), (dp.st_mtime_ns, dp.st_size, tp.st_mtime_ns, tp.st_size))
-    results: dict[str, Any] = {}
-    failures: dict[str, dict[str, Any]] = {}
-    for d in domains:
-        record = records.get(d, {"domain": d})
-        for attempt in range(len(RETRY_DELAYS_S) + 1):
-            try:
-                results[d] = build_one(ws, record, _members(record, tools, where), synth, seed, per_domain, max_length)
-                failures.pop(d, None)
-                break
-            except Exception as exc:  # noqa: BLE001 - reported per domain, the batch goes on
-                failures[d] = failure(exc)
-                if not is_transient(exc) or attempt == len(RETRY_DELAYS_S):
-                    break
-                time.sleep(RETRY_DELAYS_S[attempt])
-    return results, failures
 
 
 @task(name="build-domains", tags=["synthesize", "scenarios"], cache_policy=NO_CACHE)
