@@ -6,8 +6,9 @@ with its own sandbox worker, every check as in the one-domain path), so Python w
 core and no Prefect task run is started per domain. With `processes=0` (and always for the LLM
 synthesizer, whose client lives in this process) each domain is its own Prefect task on a bounded
 thread pool (each task drives its own sandbox worker process). With `batch_deployment` (set by
-the build-environments deployment) the domains are split into batches of `batch_size`, each its own run of that deployment (`build_batch_flow`) on the work
-pool, so N workers build N batches at once. A failed domain is marked failed in the catalog with
+the build-environments deployment) the domains are split into batches of `batch_size`, each its
+own run of that deployment (`build_batch_flow`) on the work pool, so N workers build N batches at
+once. A failed domain is marked failed in the catalog with
 its error and never fails the others; finished domains are skipped on a re-run (content-hash
 keys), so a killed run resumes.
 """
@@ -31,7 +32,7 @@ from agentscaler.errors import failure, transient_only
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from envs.spec import DomainSpec
-from flows.build_worker import build_batch, build_one
+from flows.build_worker import RETRY_DELAYS_S, build_batch, build_one
 from flows.common import batches, fan_out, failed_text, failure_lines, publish_markdown, run_batch_deployments, run_record
 from tasks.environments.synthesize import domain_tools, load_domain_records
 
@@ -44,7 +45,8 @@ PROCESSES = int(os.environ.get("AGENTSCALER_BUILD_PROCESSES", str(max(2, os.cpu_
 BUILD_STAGES = ("synthesize", "scenarios")
 
 
-@task(name="build-domain", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=transient_only,
+@task(name="build-domain", retries=len(RETRY_DELAYS_S), retry_delay_seconds=list(RETRY_DELAYS_S),
+      retry_condition_fn=transient_only,
       tags=["synthesize", "scenarios"])
 def build_domain_task(item: dict[str, Any], workspace: str, synth: str, seed: int, per_domain: int,
                       max_length: int) -> dict[str, Any]:

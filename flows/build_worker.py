@@ -17,7 +17,7 @@ from agentscaler.workspace import Workspace
 from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
 from tasks.scenarios.build import build_scenarios
 
-RETRY_DELAYS_S = (2, 10)  # a transiently failed domain is retried after these pauses (as build-domain's retries)
+RETRY_DELAYS_S = (2, 10)  # pauses before retrying a transiently failed domain (here and in build-domain)
 
 
 def build_one(ws: Workspace, record: dict[str, Any], tools: list[Tool], synth: str, seed: int, per_domain: int,
