@@ -42,6 +42,8 @@ MAX_WORKERS = int(os.environ.get("AGENTSCALER_MAX_WORKERS", "2"))
 BATCH_SIZE = int(os.environ.get("AGENTSCALER_BATCH_SIZE", "25"))
 # Processes that build batches of domains in a local rules build (0: one thread-pool task per domain).
 PROCESSES = int(os.environ.get("AGENTSCALER_BUILD_PROCESSES", str(max(2, os.cpu_count() or 1))))
+# Below this many domains the default build starts no pool (a spawned process's imports cost seconds).
+POOL_MIN_DOMAINS = 24
 BUILD_STAGES = ("synthesize", "scenarios")
 
 
@@ -143,13 +145,13 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
                             batch_deployment: str | None = None, processes: int | None = None) -> dict[str, Any]:
     """Synthesize + scenarios for every discovered domain (or only `domains`); with
     batch_deployment (e.g. "build-batch/build-batch"), batches of batch_size run on the pool;
-    otherwise a rules build runs batches on `processes` local processes (default PROCESSES; 0 = one
-    thread-pool task per domain)."""
+    otherwise a rules build runs batches on `processes` local processes (default PROCESSES from
+    POOL_MIN_DOMAINS domains on; 0 = one thread-pool task per domain)."""
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
     records = _records(ws, domains, limit)
     size = batch_size or BATCH_SIZE
-    procs = PROCESSES if processes is None else processes
+    procs = (PROCESSES if len(records) >= POOL_MIN_DOMAINS else 0) if processes is None else processes
     params = {"synth": synth, "seed": seed, "per_domain": per_domain, "max_length": max_length,
               "domains": len(records), "batch_size": size, "batch_deployment": batch_deployment,
               "processes": procs if synth == "rules" and not batch_deployment else 0}
