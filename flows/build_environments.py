@@ -1,41 +1,54 @@
-"""build_environments: one Prefect task per domain = synthesize its environment, then its scenarios.
+"""build_environments: synthesize each domain's environment, then its scenarios.
 
-Domains run concurrently on a bounded thread pool (each task drives its own sandbox worker
-process). With `batch_deployment` (set by the build-environments deployment) the domains are split
-into batches of `batch_size`, each its own run of that deployment (`build_batch_flow`) on the work
-pool, so N workers build N batches at once. A failed domain is marked failed in the catalog with
+A local rules build runs batches of domains on a pool of processes (`PROCESSES`): one Prefect task
+per batch, whose process reads the corpus once and builds its domains one after another (each
+with its own sandbox worker, every check as in the one-domain path), so Python work runs on every
+core and no Prefect task run is started per domain. With `processes=0` (and always for the LLM
+synthesizer, whose client lives in this process) each domain is its own Prefect task on a bounded
+thread pool (each task drives its own sandbox worker process). With `batch_deployment` (set by
+the build-environments deployment) the domains are split into batches of `batch_size`, each its
+own run of that deployment (`build_batch_flow`) on the work pool, so N workers build N batches at
+once. A failed domain is marked failed in the catalog with
 its error and never fails the others; finished domains are skipped on a re-run (content-hash
 keys), so a killed run resumes.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from agentscaler import progress
 from agentscaler.artifacts import load_scenarios, load_tools
 from agentscaler.catalog import Catalog
-from agentscaler.errors import transient_only
+from agentscaler.errors import failure, transient_only
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from envs.spec import DomainSpec
+from flows.build_worker import RETRY_DELAYS_S, build_batch, build_one
 from flows.common import batches, fan_out, failed_text, failure_lines, publish_markdown, run_batch_deployments, run_record
-from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
-from tasks.scenarios.build import build_scenarios
+from tasks.environments.synthesize import domain_tools, load_domain_records
 
 # Domains built at once (each drives its own sandbox worker). Set per worker machine.
 MAX_WORKERS = int(os.environ.get("AGENTSCALER_MAX_WORKERS", "2"))
 # Domains per batch run when batches go to a deployment: few enough task runs per flow run.
 BATCH_SIZE = int(os.environ.get("AGENTSCALER_BATCH_SIZE", "25"))
+# Processes that build batches of domains in a local rules build (0: one thread-pool task per domain).
+PROCESSES = int(os.environ.get("AGENTSCALER_BUILD_PROCESSES", str(max(2, os.cpu_count() or 1))))
+# Below this many domains the default build starts no pool (a spawned process's imports cost seconds).
+POOL_MIN_DOMAINS = 24
 BUILD_STAGES = ("synthesize", "scenarios")
 
 
-@task(name="build-domain", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=transient_only,
+@task(name="build-domain", retries=len(RETRY_DELAYS_S), retry_delay_seconds=list(RETRY_DELAYS_S),
+      retry_condition_fn=transient_only,
       tags=["synthesize", "scenarios"])
 def build_domain_task(item: dict[str, Any], workspace: str, synth: str, seed: int, per_domain: int,
                       max_length: int) -> dict[str, Any]:
@@ -44,25 +57,65 @@ def build_domain_task(item: dict[str, Any], workspace: str, synth: str, seed: in
     log = get_run_logger()
     record = item["record"]
     tools = [Tool.model_validate(t) for t in item["tools"]]
-    t0 = time.perf_counter()
-    spec = synthesize_domain(ws, record, tools, synth=synth, seed=seed)
-    log.info("synthesize %s: %d tools, %s execute (%.1f s)", spec.id, len(spec.tools), spec.report.get("executes"),
-             time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    scen = build_scenarios(ws, spec.id, per_domain=per_domain, max_length=max_length, seed=seed)
-    log.info("scenarios %s: %d kept%s (%.1f s)", spec.id, scen.get("kept", 0),
-             ", unchanged" if scen.get("skipped") else "", time.perf_counter() - t0)
-    return {"domain": spec.id, "tools": len(spec.tools), "executes": spec.report.get("executes"),
-            "scenarios": scen.get("kept", 0), "skipped": bool(scen.get("skipped"))}
+    return build_one(ws, record, tools, synth, seed, per_domain, max_length, log=log.info)
 
 
-def _items(ws: Workspace, domains: list[str] | None, limit: int | None) -> list[dict[str, Any]]:
-    """The domain records to build (all discovered, or only `domains`), each with its member tools."""
+@task(name="build-domains", tags=["synthesize", "scenarios"], cache_policy=NO_CACHE)
+def build_domains_task(domains: list[str], pool: ProcessPoolExecutor, workspace: str, synth: str, seed: int,
+                       per_domain: int, max_length: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """One batch of domains, built in a pool process (one Prefect task run per batch, not per domain)."""
+    return pool.submit(build_batch, workspace, domains, synth, seed, per_domain, max_length).result()
+
+
+def _pooled(ws: Workspace, ids: list[str], processes: int, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The domains in batches on `processes` spawned processes (spawn: this process runs Prefect's threads)."""
+    size = max(1, min(BATCH_SIZE, -(-len(ids) // (processes * 4))))  # >= 4 batches a process: balanced ends
+    parts = batches(ids, size)
+    results: dict[str, Any] = {}
+    failures: dict[str, dict[str, Any]] = {}
+    with progress.stage("build", total=len(ids), unit="domains") as bar, \
+            ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = []
+        for part in parts:
+            fut = build_domains_task.submit(part, pool, str(ws.root), **kwargs)
+            fut.add_done_callback(lambda _f, n=len(part), k=part[-1]: bar.advance(n, note=k))
+            futures.append((part, fut))
+        for part, fut in futures:
+            state = fut.wait() or fut.state
+            try:
+                res, fails = fut.result(raise_on_failure=True)
+                results.update(res)
+                failures.update(fails)
+            except BaseException as exc:  # noqa: BLE001 - a batch whose process died: its domains, by name
+                _lost(ws, part, failure(exc, stage="orchestration"), failures, state)
+    return results, failures
+
+
+def _lost(ws: Workspace, part: list[str], f: dict[str, Any], failures: dict[str, Any], state: Any) -> None:
+    """A batch whose process died or never ran: each of its domains not finished is failed, in the
+    summary (infrastructure's fault) and in the catalog (so retry-failed finds it, never "running")."""
+    catalog = Catalog(ws.catalog_path)
+    for d in part:
+        st = {s: (catalog.stage_status(d, s) or {}).get("status") for s in BUILD_STAGES}
+        if all(v == "done" for v in st.values()):
+            continue
+        stage = next(s for s in BUILD_STAGES if st[s] != "done")
+        catalog.mark(d, stage, "failed", error=f"batch {state.type if state else '?'}: {f['type']}: {f['message']}"[:500])
+        failures[d] = {**f, "stage": stage, "kind": "infrastructure"}
+
+
+def _records(ws: Workspace, domains: list[str] | None, limit: int | None) -> list[dict[str, Any]]:
+    """The domain records to build (all discovered, or only `domains`)."""
     records = load_domain_records(ws)
     if domains is not None:
         wanted = set(domains)
         records = [r for r in records if r.get("domain") in wanted]
-    records = records[:limit] if limit else records
+    return records[:limit] if limit else records
+
+
+def _items(ws: Workspace, domains: list[str] | None, limit: int | None) -> list[dict[str, Any]]:
+    """The domain records to build, each with its member tools (one task run per domain)."""
+    records = _records(ws, domains, limit)
     tools = load_tools(ws.tools_path)
     return [{"record": r, "tools": [t.model_dump() for t in domain_tools(r, tools)]} for r in records]
 
@@ -89,16 +142,19 @@ def build_batch_flow(workspace: str, domains: list[str], synth: str = "rules", s
 def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0, per_domain: int = 20,
                             max_length: int = 4, domains: list[str] | None = None,
                             limit: int | None = None, batch_size: int | None = None,
-                            batch_deployment: str | None = None) -> dict[str, Any]:
+                            batch_deployment: str | None = None, processes: int | None = None) -> dict[str, Any]:
     """Synthesize + scenarios for every discovered domain (or only `domains`); with
-    batch_deployment (e.g. "build-batch/build-batch"), batches of batch_size run on the pool."""
+    batch_deployment (e.g. "build-batch/build-batch"), batches of batch_size run on the pool;
+    otherwise a rules build runs batches on `processes` local processes (default PROCESSES from
+    POOL_MIN_DOMAINS domains on; 0 = one thread-pool task per domain)."""
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
-    items = _items(ws, domains, limit)
-    records = [it["record"] for it in items]
+    records = _records(ws, domains, limit)
     size = batch_size or BATCH_SIZE
+    procs = (PROCESSES if len(records) >= POOL_MIN_DOMAINS else 0) if processes is None else processes
     params = {"synth": synth, "seed": seed, "per_domain": per_domain, "max_length": max_length,
-              "domains": len(records), "batch_size": size, "batch_deployment": batch_deployment}
+              "domains": len(records), "batch_size": size, "batch_deployment": batch_deployment,
+              "processes": procs if synth == "rules" and not batch_deployment else 0}
     with run_record(catalog, "build_environments", params) as summary:
         if batch_deployment:
             ids = [str(r.get("domain")) for r in records]
@@ -118,8 +174,12 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
                                    "message": err[:500],  # a run that crashed or never ran is not the domain's fault
                                    "kind": "infrastructure" if stage == "orchestration" or "Crashed" in err else "domain"}
             summary["batches"] = len(parts)
+        elif synth == "rules" and procs > 0:
+            results, failures = _pooled(ws, [str(r.get("domain")) for r in records], procs, synth=synth, seed=seed,
+                                        per_domain=per_domain, max_length=max_length)
         else:
-            results, failures = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
+            results, failures = fan_out(build_domain_task, _items(ws, domains, limit),
+                                        key=lambda it: str(it["record"].get("domain")),
                                         label="build", workspace=str(ws.root), synth=synth, seed=seed,
                                         per_domain=per_domain, max_length=max_length)
         errors = failed_text(failures)

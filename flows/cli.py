@@ -188,15 +188,18 @@ def build_cmd(synth: str = typer.Option("rules", "--synth", help="rules | llm"),
               seed: int = typer.Option(0, "--seed"),
               limit: Optional[int] = typer.Option(None, "--limit", help="At most N domains."),
               batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Domains per batch run when the deployment spreads batches over workers (default $AGENTSCALER_BATCH_SIZE or 25)."),
+              processes: Optional[int] = typer.Option(None, "--processes", help="Local rules build: processes building batches of domains (0 = one Prefect task per domain; default $AGENTSCALER_BUILD_PROCESSES or the core count, from 24 domains on)."),
               deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
               wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
               as_json: bool = typer.Option(False, "--json", help="Print JSON."),
               workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
-    """Flow build_environments: synthesize + scenarios, one Prefect task per domain."""
+    """Flow build_environments: synthesize + scenarios (batches of domains on a process pool, or one Prefect task per domain)."""
     _begin(workspace, quiet)
-    out = _run_flow_or_deployment("build-environments", deployment, {
-        "workspace": str(workspace_path().resolve()), "synth": synth, "per_domain": per_domain,
-        "max_length": max_length, "seed": seed, "limit": limit, "batch_size": batch_size}, wait)
+    params = {"workspace": str(workspace_path().resolve()), "synth": synth, "per_domain": per_domain,
+              "max_length": max_length, "seed": seed, "limit": limit, "batch_size": batch_size}
+    if processes is not None:  # only when asked: a deployment registered before the option exists takes no such parameter
+        params["processes"] = processes
+    out = _run_flow_or_deployment("build-environments", deployment, params, wait)
     emit(out) if as_json else Console().print(out)
     _finish_trigger(out, wait)
 

@@ -183,6 +183,6 @@ def test_python_is_parsed_one_thread_at_a_time():
 def test_the_checks_see_the_code():
     """The checks above read real imports (an empty graph would pass them all)."""
     graph = _edges()
-    assert "tasks.scenarios.build" in graph["flows.build_environments"]
+    assert "tasks.scenarios.build" in graph["flows.build_worker"]
     assert "agentscaler.workspace" in graph["tasks.corpus.ingest"]
     assert any(name.startswith("prefect") for name, _, _ in IMPORTS["flows.common"])

@@ -9,6 +9,7 @@ reports/domains.png. A re-run with the same tools and config is skipped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
@@ -46,9 +47,18 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
     """
     cfg = (cfg or DiscoverConfig()).resolved()
     t0 = time.perf_counter()
+    report_path = ws.graph_dir / "report.json"
+    # A run on the workspace's corpus file is also keyed by the file's bytes: an unchanged corpus is
+    # recognised without reading 30k tools into objects (issue 20 aim 6: warm discovery in seconds).
+    file_key = None
     if tools is None:
         if not ws.tools_path.exists():
             raise FileNotFoundError(f"no tool corpus at {ws.tools_path}: run the ingest stage first")
+        file_key = content_hash({"corpus_sha256": hashlib.sha256(ws.tools_path.read_bytes()).hexdigest(),
+                                 "config": cfg.model_dump(), "checker": type(checker).__name__ if checker else None})
+        old = _current_report(ws, report_path, force)
+        if old is not None and old.get("file_key") == file_key:
+            return {**old["summary"], "skipped": True}
         tools = load_tools(ws.tools_path)
     tools = [t if t.id else t.with_id() for t in tools]
     key: dict[str, Any] = {"tools": sorted(t.id for t in tools), "config": cfg.model_dump()}
@@ -57,11 +67,9 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
     if reading is not None:
         key["share_reads"] = True
     input_hash = content_hash(key)
-    report_path = ws.graph_dir / "report.json"
-    if not force and ws.domains_path.exists() and report_path.exists():
-        old = json.loads(report_path.read_text())
-        if old.get("input_hash") == input_hash:
-            return {**old["summary"], "skipped": True}
+    old = _current_report(ws, report_path, force)
+    if old is not None and old.get("input_hash") == input_hash:
+        return {**old["summary"], "skipped": True}
     timings = {}
     with progress.stage("discover", total=4, unit="steps") as bar:
         t = time.perf_counter()
@@ -98,8 +106,19 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
                "skipped": False}
     if checker is not None and hasattr(checker, "stats"):
         summary["llm_check"] = dict(checker.stats)
-    atomic_write_json(report_path, {"input_hash": input_hash, "config": cfg.model_dump(), "summary": summary, **dreport})
+    atomic_write_json(report_path, {"input_hash": input_hash, "file_key": file_key, "config": cfg.model_dump(),
+                                    "summary": summary, **dreport})
     return summary
+
+
+def _current_report(ws: Workspace, report_path: Path, force: bool) -> dict[str, Any] | None:
+    """The last run's graph/report.json when its domains are on disk (None with force, or unreadable)."""
+    if force or not ws.domains_path.exists() or not report_path.exists():
+        return None
+    try:
+        return json.loads(report_path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def draw_domains(records: list[dict], g, tools: list[Tool], path: Path, max_domains: int = 150) -> Path:

@@ -130,6 +130,24 @@ def test_discover_writes_the_contract_files_and_skips_a_rerun(tmp_path):
     assert discover(ws, cfg=DiscoverConfig(resolution=2.0))["skipped"] is False  # other config: recomputed
 
 
+def test_warm_discover_knows_an_unchanged_corpus_file_without_reading_its_tools(tmp_path, monkeypatch):
+    """Issue 20 aim 6: the same corpus file and config are recognised by the file's bytes; a changed
+    file is read again (here its tools are the same, so the tool-id key still finds the run current)."""
+    import tasks.discover.discover as stage
+
+    tools, _ = labelled("core")
+    ws = Workspace(tmp_path)
+    save_tools(ws.tools_path, tools)
+    assert discover(ws)["skipped"] is False
+    monkeypatch.setattr(stage, "load_tools", lambda path: pytest.fail("an unchanged corpus file was read"))
+    assert discover(ws)["skipped"] is True
+    monkeypatch.undo()
+    save_tools(ws.tools_path, list(reversed(tools)))  # other bytes, the same tools
+    assert discover(ws)["skipped"] is True
+    save_tools(ws.tools_path, tools[:-1])  # a tool fewer: recomputed
+    assert discover(ws)["skipped"] is False
+
+
 def test_discover_errors_are_clear(tmp_path):
     ws = Workspace(tmp_path)
     with pytest.raises(FileNotFoundError, match="no tool corpus"):

@@ -1,0 +1,79 @@
+"""What one process of the batched build runs: batches of domains, each built one after another
+(its environment, then its scenarios), with no Prefect import, so a spawned pool process starts
+quickly. flows/build_environments.py submits the batches (one Prefect task per batch) and also
+builds one domain per task with `build_one`.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from typing import Any
+
+from agentscaler.artifacts import load_tools
+from agentscaler.errors import failure, is_transient
+from agentscaler.models import Tool
+from agentscaler.workspace import Workspace
+from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
+from tasks.scenarios.build import build_scenarios
+
+RETRY_DELAYS_S = (2, 10)  # pauses before retrying a transiently failed domain (here and in build-domain)
+
+
+def build_one(ws: Workspace, record: dict[str, Any], tools: list[Tool], synth: str, seed: int, per_domain: int,
+              max_length: int, log: Any = None) -> dict[str, Any]:
+    """One domain: its environment, then its scenarios; the figures the build's summary counts."""
+    t0 = time.perf_counter()
+    spec = synthesize_domain(ws, record, tools, synth=synth, seed=seed)
+    if log:
+        log("synthesize %s: %d tools, %s execute (%.1f s)", spec.id, len(spec.tools), spec.report.get("executes"),
+            time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    scen = build_scenarios(ws, spec.id, per_domain=per_domain, max_length=max_length, seed=seed)
+    if log:
+        log("scenarios %s: %d kept%s (%.1f s)", spec.id, scen.get("kept", 0),
+            ", unchanged" if scen.get("skipped") else "", time.perf_counter() - t0)
+    return {"domain": spec.id, "tools": len(spec.tools), "executes": spec.report.get("executes"),
+            "scenarios": scen.get("kept", 0), "skipped": bool(scen.get("skipped"))}
+
+
+@lru_cache(maxsize=1)
+def _corpus(workspace: str, stamp: tuple[int, int, int, int]) -> tuple[dict[str, dict[str, Any]], list[Tool],
+                                                                      dict[str, int]]:
+    """A pool process's domain records by id, the corpus' tools and their positions by id, read once
+    per process (again only when graph/domains.json or corpus/tools.parquet changed: `stamp`)."""
+    ws = Workspace(workspace)
+    tools = load_tools(ws.tools_path)
+    return ({str(r.get("domain")): r for r in load_domain_records(ws)}, tools,
+            {t.id: i for i, t in enumerate(tools) if t.id})
+
+
+def _members(record: dict[str, Any], tools: list[Tool], where: dict[str, int]) -> list[Tool]:
+    """domain_tools(record, tools) by index (the same tools in corpus order) instead of a scan of the corpus."""
+    found = sorted({where[i] for i in record.get("tools") or [] if isinstance(i, str) and i in where})
+    return [tools[i] for i in found] if found else domain_tools(record, tools)
+
+
+def build_batch(workspace: str, domains: list[str], synth: str, seed: int, per_domain: int,
+                max_length: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Build `domains` one after another in this process (a pool process, or any caller): (results
+    by domain, failures by domain as `agentscaler.errors.failure`). A transient failure is retried
+    after RETRY_DELAYS_S; a failed domain never stops the batch."""
+    ws = Workspace(workspace)
+    dp, tp = ws.domains_path.stat(), ws.tools_path.stat()
+    records, tools, where = _corpus(str(ws.root), (dp.st_mtime_ns, dp.st_size, tp.st_mtime_ns, tp.st_size))
+    results: dict[str, Any] = {}
+    failures: dict[str, dict[str, Any]] = {}
+    for d in domains:
+        record = records.get(d, {"domain": d})
+        for attempt in range(len(RETRY_DELAYS_S) + 1):
+            try:
+                results[d] = build_one(ws, record, _members(record, tools, where), synth, seed, per_domain, max_length)
+                failures.pop(d, None)
+                break
+            except Exception as exc:  # noqa: BLE001 - reported per domain, the batch goes on
+                failures[d] = failure(exc)
+                if not is_transient(exc) or attempt == len(RETRY_DELAYS_S):
+                    break
+                time.sleep(RETRY_DELAYS_S[attempt])
+    return results, failures
