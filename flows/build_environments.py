@@ -1,11 +1,14 @@
 """build_environments: synthesize each domain's environment, then its scenarios.
 
-A local rules build runs batches of domains on a pool of processes (`PROCESSES`): one Prefect task
-per batch, whose process reads the corpus once and builds its domains one after another (each
-with its own sandbox worker, every check as in the one-domain path), so Python work runs on every
-core and no Prefect task run is started per domain. With `processes=0` (and always for the LLM
-synthesizer, whose client lives in this process) each domain is its own Prefect task on a bounded
-thread pool (each task drives its own sandbox worker process). With `batch_deployment` (set by
+By default each domain is its own Prefect task (named by the domain, with its log lines and
+table row in the UI) on a bounded thread pool; each task drives its own sandbox worker process.
+Opt-in (`--processes N` / AGENTSCALER_BUILD_PROCESSES): a local rules build runs batches of domains
+on a pool of N processes, one Prefect task per batch, whose process reads the corpus once and
+builds its domains one after another (every check as in the one-domain path). It is not the
+default: side by side on the saturated 2-core machine it was no faster (a domain's time is mostly
+its sandbox workers' processes, which threads already run in parallel), and per-batch task runs
+show a person less in the UI than per-domain ones. The LLM synthesizer always takes the thread path
+(its client lives in this process). With `batch_deployment` (set by
 the build-environments deployment) the domains are split into batches of `batch_size`, each its
 own run of that deployment (`build_batch_flow`) on the work pool, so N workers build N batches at
 once. A failed domain is marked failed in the catalog with
@@ -41,8 +44,8 @@ MAX_WORKERS = int(os.environ.get("AGENTSCALER_MAX_WORKERS", "2"))
 # Domains per batch run when batches go to a deployment: few enough task runs per flow run.
 BATCH_SIZE = int(os.environ.get("AGENTSCALER_BATCH_SIZE", "25"))
 # Processes that build batches of domains in a local rules build (0: one thread-pool task per domain).
-PROCESSES = int(os.environ.get("AGENTSCALER_BUILD_PROCESSES", str(max(2, os.cpu_count() or 1))))
-# Below this many domains the default build starts no pool (a spawned process's imports cost seconds).
+PROCESSES = int(os.environ.get("AGENTSCALER_BUILD_PROCESSES", "0"))
+# Below this many domains a pooled build starts no pool (a spawned process's imports cost seconds).
 POOL_MIN_DOMAINS = 24
 BUILD_STAGES = ("synthesize", "scenarios")
 
