@@ -24,8 +24,10 @@ from agentscaler.errors import transient_only
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from envs.spec import DomainSpec
-from flows.common import batches, fan_out, failed_text, failure_lines, publish_markdown, run_batch_deployments, run_record
+from flows.common import batch_outcome, batches, cell, fan_out, failed_text, failure_lines, publish_markdown, run_batch_deployments, run_record
+from tasks.environments.rules import readable_name
 from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
+from tasks.evaluation.report import funnel, funnel_markdown
 from tasks.scenarios.build import build_scenarios
 
 # Domains built at once (each drives its own sandbox worker). Set per worker machine.
@@ -35,22 +37,23 @@ BATCH_SIZE = int(os.environ.get("AGENTSCALER_BATCH_SIZE", "25"))
 BUILD_STAGES = ("synthesize", "scenarios")
 
 
-@task(name="build-domain", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=transient_only,
+@task(name="build-domain", task_run_name="build {item[name]}", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=transient_only,
       tags=["synthesize", "scenarios"])
 def build_domain_task(item: dict[str, Any], workspace: str, synth: str, seed: int, per_domain: int,
                       max_length: int) -> dict[str, Any]:
-    """item = {"record": domain record, "tools": its member tools as dicts}."""
+    """item = {"record": domain record, "tools": its member tools as dicts, "name": what a person reads}."""
     ws = Workspace(workspace)
     log = get_run_logger()
     record = item["record"]
     tools = [Tool.model_validate(t) for t in item["tools"]]
     t0 = time.perf_counter()
     spec = synthesize_domain(ws, record, tools, synth=synth, seed=seed)
-    log.info("synthesize %s: %d tools, %s execute (%.1f s)", spec.id, len(spec.tools), spec.report.get("executes"),
-             time.perf_counter() - t0)
+    name = f"{spec.name} {spec.id}"  # the name synthesis gave it, which the task run's name guessed
+    log.info("synthesize %s: %d tools, %s of them execute (%.1f s)", name, len(spec.tools),
+             spec.report.get("executes"), time.perf_counter() - t0)
     t0 = time.perf_counter()
     scen = build_scenarios(ws, spec.id, per_domain=per_domain, max_length=max_length, seed=seed)
-    log.info("scenarios %s: %d kept%s (%.1f s)", spec.id, scen.get("kept", 0),
+    log.info("scenarios %s: %d kept%s (%.1f s)", name, scen.get("kept", 0),
              ", unchanged" if scen.get("skipped") else "", time.perf_counter() - t0)
     return {"domain": spec.id, "tools": len(spec.tools), "executes": spec.report.get("executes"),
             "scenarios": scen.get("kept", 0), "skipped": bool(scen.get("skipped"))}
@@ -64,7 +67,12 @@ def _items(ws: Workspace, domains: list[str] | None, limit: int | None) -> list[
         records = [r for r in records if r.get("domain") in wanted]
     records = records[:limit] if limit else records
     tools = load_tools(ws.tools_path)
-    return [{"record": r, "tools": [t.model_dump() for t in domain_tools(r, tools)]} for r in records]
+    out = []
+    for r in records:
+        members = domain_tools(r, tools)
+        out.append({"record": r, "tools": [t.model_dump() for t in members],
+                    "name": readable_name(str(r.get("domain")), members)})
+    return out
 
 
 def _built(ws: Workspace, domain: str) -> dict[str, Any]:
@@ -79,10 +87,13 @@ def build_batch_flow(workspace: str, domains: list[str], synth: str = "rules", s
                      max_length: int = 4) -> dict[str, Any]:
     """One batch of domains: build_environments' batch run, taken by whichever worker is free."""
     ws = Workspace(workspace)
-    results, errors = fan_out(build_domain_task, _items(ws, domains, None),
-                              key=lambda it: str(it["record"].get("domain")), workspace=str(ws.root), synth=synth,
-                              seed=seed, per_domain=per_domain, max_length=max_length)
-    return {"built": sorted(results), "failed": errors}
+    items = _items(ws, domains, None)
+    results, failures = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
+                                workspace=str(ws.root), synth=synth, seed=seed, per_domain=per_domain,
+                                max_length=max_length)
+    publish_markdown("build-batch", "# build batch\n\n" + domain_table(items, results, failures),
+                     f"{len(items)} domains of one batch: {len(results)} built, {len(failures)} failed")
+    return {"built": sorted(results), "failed": failed_text(failures)}
 
 
 @flow(name="build-environments", task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
@@ -106,17 +117,7 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
             run_batch_deployments(batch_deployment, parts, {"workspace": str(ws.root), "synth": synth, "seed": seed,
                                                             "per_domain": per_domain, "max_length": max_length},
                                   catalog, BUILD_STAGES)
-            results, failures = {}, {}
-            for d in ids:
-                st = {s: catalog.stage_status(d, s) or {} for s in BUILD_STAGES}
-                if all(v.get("status") == "done" for v in st.values()):
-                    results[d] = _built(ws, d)
-                else:  # the batch run recorded the stage's error in the catalog (a killed worker: the run's state)
-                    stage, err = next(((s, str(v.get("error"))) for s, v in st.items() if v.get("status") == "failed"),
-                                      ("orchestration", "not built"))
-                    failures[d] = {"stage": stage, "type": "BatchFailure", "where": "", "our_code": "",
-                                   "message": err[:500],  # a run that crashed or never ran is not the domain's fault
-                                   "kind": "infrastructure" if stage == "orchestration" or "Crashed" in err else "domain"}
+            results, failures = batch_outcome(catalog, ids, BUILD_STAGES, lambda d: _built(ws, d))
             summary["batches"] = len(parts)
         else:
             results, failures = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
@@ -131,16 +132,40 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
         catalog.set_counts(summary["run_id"], "build_environments",
                            {"domains": len(records), "built": len(results), "failed": len(errors),
                             "scenarios": summary["scenarios"]})
-        publish_markdown("build-environments", _markdown(summary), "environments and scenarios per domain")
+        publish_markdown("build-environments", _markdown(summary, items, results, failures, funnel(ws, [])),
+                         "environments and scenarios per domain")
     return summary
 
 
-def _markdown(summary: dict[str, Any]) -> str:
+def domain_table(items: list[dict[str, Any]], results: dict[str, Any], failures: dict[str, dict[str, Any]]) -> str:
+    """One row per domain, by its name: tools, tools that execute, scenarios, status and the error
+    (failed domains first, each linked to its full failure line below the table)."""
+    rows = []
+    for it in items:
+        d = str(it["record"].get("domain"))
+        r, f = results.get(d), failures.get(d)
+        if f is not None:
+            rows.append((0, f"| [`{it['name']}`](#failed-{d}) | {len(it['tools'])} | | | **failed** ({f['stage']}) | "
+                            f"{cell(f['type'] + ': ' + f['message'])} |"))
+        elif r is not None:
+            rows.append((1, f"| `{it['name']}` | {r['tools']} | {r['executes'] if r['executes'] is not None else ''} | "
+                            f"{r['scenarios']} | {'unchanged' if r.get('skipped') else 'built'} | |"))
+        else:
+            rows.append((0, f"| `{it['name']}` | {len(it['tools'])} | | | not built | |"))
+    lines = ["| domain | tools | tools that execute | scenarios | status | error |", "|---|---|---|---|---|---|",
+             *(row for _, row in sorted(rows, key=lambda x: x[0]))]
+    if failures:
+        lines += ["", "## failed domains (stage: exception at file:line [whose fault])", ""]
+        lines += [f'- <a id="failed-{k}"></a>{line}' for k, line in zip(sorted(failures), failure_lines(failures))]
+    return "\n".join(lines) + "\n"
+
+
+def _markdown(summary: dict[str, Any], items: list[dict[str, Any]], results: dict[str, Any],
+              failures: dict[str, dict[str, Any]], counts: dict[str, int]) -> str:
     lines = ["# build_environments", "", "| domains | built | failed | tools | tools that execute (grounded call, non-empty result) | scenarios |",
              "|---|---|---|---|---|---|",
              f"| {summary['domains']} | {summary['built']} | {len(summary['failed'])} | {summary['tools']} | "
-             f"{summary['tools_execute']} | {summary['scenarios']} |"]
-    if summary["failures"]:
-        lines += ["", "## failed domains (stage: exception at file:line [whose fault])", ""]
-        lines += [f"- {line}" for line in failure_lines(summary["failures"])]
+             f"{summary['tools_execute']} | {summary['scenarios']} |", "", "## per domain", "",
+             domain_table(items, results, failures), "## funnel so far (no rollouts yet: trajectories count 0)", "",
+             funnel_markdown(counts)]
     return "\n".join(lines) + "\n"
