@@ -7,7 +7,8 @@ Starts a `prefect server start` on a free loopback port (temporary PREFECT_HOME)
 commands against it (local mode: one flow run each, domains on the thread pool), then saves under
 benchmarks/results/: ui-build-logs.png (the build's flow run page: its task runs named by domain
 in the graph, its logs), ui-build-artifact.png (the per-domain table and the funnel),
-ui-ingest-artifact.png and ui-discover-artifact.png. `--corpus tests` uses the small fixture
+ui-ingest-artifact.png and ui-discover-artifact.png. The first domain is made to fail on purpose
+(its record names a tool the corpus lacks) so the pages show a failure too. `--corpus tests` uses the small fixture
 corpora of tests/data/corpora; a corpus name (bfcl, tau2, nestful) uses the real one. Not a
 benchmark: no figures, so `make bench` does not run it.
 """
@@ -26,6 +27,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
+from agentscaler.workspace import Workspace
 from tests.deployments.prefect_server import BIN, cli, prefect_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +66,15 @@ async def _runs_and_artifacts(names: list[str]) -> dict[str, tuple[str, dict[str
     return out
 
 
+def _break_first_domain(ws: Workspace) -> None:
+    """On purpose, so the pages show how a failure reads: the first domain's record names a tool
+    the corpus does not have (a stale domains.json), and its build fails with that error."""
+    records = json.loads(ws.domains_path.read_text())
+    records[0]["tools"] = ["no-such-tool-id"]
+    records[0]["names"] = ["no_such_tool"]
+    ws.domains_path.write_text(json.dumps(records))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", default="tests", help="tests (the fixture corpora) or a corpus name")
@@ -79,6 +90,8 @@ def main() -> None:
         with prefect_server(home) as url:
             for args in (["ingest", "--flow", *sources], ["discover"],
                          ["build", "--per-domain", str(a.per_domain), "--limit", str(a.limit)]):
+                if args[0] == "build":
+                    _break_first_domain(Workspace(ws))
                 res = cli(home, url, "-w", str(ws), "-q", *args, "--json")
                 if res.returncode not in (0, 1):  # 1: some domains failed, which the pages should show
                     raise RuntimeError(f"{args[0]} exited {res.returncode}: {res.stderr[-2000:]}")

@@ -139,14 +139,15 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
 
 def domain_table(items: list[dict[str, Any]], results: dict[str, Any], failures: dict[str, dict[str, Any]]) -> str:
     """One row per domain, by its name: tools, tools that execute, scenarios, status and the error
-    (failed domains first, each linked to its full failure line below the table)."""
+    type (failed domains first, each error linked to its full failure line below the table)."""
     rows = []
     for it in items:
         d = str(it["record"].get("domain"))
         r, f = results.get(d), failures.get(d)
         if f is not None:
-            rows.append((0, f"| [`{it['name']}`](#failed-{d}) | {len(it['tools'])} | | | **failed** ({f['stage']}) | "
-                            f"{cell(f['type'] + ': ' + f['message'])} |"))
+            # the type only, linked to the full line below: a long message would push the table off the page
+            rows.append((0, f"| `{it['name']}` | {len(it['tools'])} | | | **failed** ({f['stage']}) | "
+                            f"[{cell(f['type'], 40)}](#failed-{d}) |"))
         elif r is not None:
             rows.append((1, f"| `{it['name']}` | {r['tools']} | {r['executes'] if r['executes'] is not None else ''} | "
                             f"{r['scenarios']} | {'unchanged' if r.get('skipped') else 'built'} | |"))
@@ -166,6 +167,6 @@ def _markdown(summary: dict[str, Any], items: list[dict[str, Any]], results: dic
              "|---|---|---|---|---|---|",
              f"| {summary['domains']} | {summary['built']} | {len(summary['failed'])} | {summary['tools']} | "
              f"{summary['tools_execute']} | {summary['scenarios']} |", "", "## per domain", "",
-             domain_table(items, results, failures), "## funnel so far (no rollouts yet: trajectories count 0)", "",
+             domain_table(items, results, failures), "## the workspace's funnel so far (rollouts are counted by collect_experience, not here)", "",
              funnel_markdown(counts)]
     return "\n".join(lines) + "\n"
