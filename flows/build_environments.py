@@ -138,22 +138,23 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
 
 
 def domain_table(items: list[dict[str, Any]], results: dict[str, Any], failures: dict[str, dict[str, Any]]) -> str:
-    """One row per domain, by its name: tools, tools that execute, scenarios, status and the error
-    type (failed domains first, each error linked to its full failure line below the table)."""
+    """One row per domain, by its name: tools, tools that execute, scenarios, and its status or its
+    error's type (failed domains first, each error linked to its full failure line below: stage,
+    exception, file:line, whose fault, message)."""
     rows = []
     for it in items:
         d = str(it["record"].get("domain"))
         r, f = results.get(d), failures.get(d)
         if f is not None:
-            # the type only, linked to the full line below: a long message would push the table off the page
-            rows.append((0, f"| `{it['name']}` | {len(it['tools'])} | | | **failed** ({f['stage']}) | "
+            # the error's type only, linked to its full line below: the UI cut a wider table off
+            rows.append((0, f"| `{it['name']}` | {len(it['tools'])} | | | **failed**: "
                             f"[{cell(f['type'], 40)}](#failed-{d}) |"))
         elif r is not None:
             rows.append((1, f"| `{it['name']}` | {r['tools']} | {r['executes'] if r['executes'] is not None else ''} | "
-                            f"{r['scenarios']} | {'unchanged' if r.get('skipped') else 'built'} | |"))
+                            f"{r['scenarios']} | {'unchanged' if r.get('skipped') else 'built'} |"))
         else:
-            rows.append((0, f"| `{it['name']}` | {len(it['tools'])} | | | not built | |"))
-    lines = ["| domain | tools | tools that execute | scenarios | status | error |", "|---|---|---|---|---|---|",
+            rows.append((0, f"| `{it['name']}` | {len(it['tools'])} | | | not built |"))
+    lines = ["| domain | tools | tools that execute | scenarios | status or error |", "|---|---|---|---|---|",
              *(row for _, row in sorted(rows, key=lambda x: x[0]))]
     if failures:
         lines += ["", "## failed domains (stage: exception at file:line [whose fault])", ""]

@@ -10,13 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from agentscaler.catalog import CATALOG_URL_ENV, Catalog
 from agentscaler.workspace import Workspace
 from tests.postgres_server import postgres_server, why_not
 
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed (pip install -e '.[postgres]')")
 pytestmark = pytest.mark.skipif(why_not() is not None, reason=why_not() or "")
 
 
