@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--corpus", default="bfcl")
     a = ap.parse_args()
     if a.quick:
-        a.domains, a.batch_size, a.per_domain, a.rounds = 8, 2, 2, 1
+        a.domains, a.batch_size, a.per_domain, a.rounds = 8, 1, 2, 1  # batches of 1: two batches at least
     root = Path(tempfile.mkdtemp(prefix="bench-prod-"))
     rec = Recorder("production")
     rec.layers = ["sandboxed validation of every built domain", "gold execution + replay check of every scenario"]
