@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	# torch pinned to the CPU build on disk; everything else from PyPI.
 	$(BIN)/pip install -q "torch==2.13.0"
 	$(MAKE) llama
-	$(BIN)/pip install -q -e ".[embed,llm,train,dev]"
+	$(BIN)/pip install -q -e ".[embed,llm,train,dev,postgres]"
 	# DeepSpeed builds no ops on CPU and must see the pinned torch (no build isolation).
 	DS_BUILD_OPS=0 $(BIN)/pip install -q --no-build-isolation "deepspeed>=0.15"
 	touch $(STAMP)

@@ -79,6 +79,16 @@ def load_domains(ws: Workspace) -> list[dict[str, Any]]:
 
 # --- domains/<id>/scenarios.jsonl -----------------------------------------------------------------
 
+def domain_label(ws: Workspace, domain_id: str) -> str:
+    """A built domain as a person reads it: its name, then its id (just the id before it is built
+    or when its spec.json cannot be read)."""
+    try:
+        name = json.loads((ws.domain_dir(domain_id) / "spec.json").read_text("utf-8")).get("name")
+    except (OSError, ValueError, AttributeError):
+        return domain_id
+    return f"{name} {domain_id}" if name else domain_id
+
+
 def load_scenarios(ws: Workspace, domain_id: str | None = None) -> list[Scenario]:
     """Scenarios on disk, of one domain or of every finished environment."""
     out: list[Scenario] = []

@@ -1,7 +1,10 @@
-"""The run catalog (catalog.sqlite): runs, per-domain stage status, and stage counts.
+"""The run catalog: runs, per-domain stage status, and stage counts.
 
-SQLite in WAL mode with a busy timeout, so several processes (two pipeline runs, Prefect
-workers) can share one workspace; every write is one short transaction.
+By default the workspace's catalog.sqlite, in WAL mode with a busy timeout, so several processes
+(two pipeline runs, Prefect workers) on one host can share one workspace; every write is one short
+transaction. `AGENTSCALER_CATALOG_URL` (a SQLAlchemy URL, e.g.
+postgresql+psycopg://user@db/agentscaler) puts it on a database server instead, for workers on
+several hosts: SQLite's locks do not hold over a network filesystem. One database per workspace.
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Integer, String, Text, create_engine, event, select
+from sqlalchemy import JSON, DateTime, Integer, String, Text, create_engine, event, inspect, select, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from agentscaler.workspace import file_lock
 
 STATUSES = ("pending", "running", "done", "failed")
+# Set: the catalog lives on this database server (SQLAlchemy URL) instead of the workspace file.
+CATALOG_URL_ENV = "AGENTSCALER_CATALOG_URL"
 
 
 def worker_id() -> str:
@@ -75,9 +81,34 @@ class StageCount(Base):
 
 
 _ENGINES: dict[str, Engine] = {}
+# Any fixed number: the server-side lock that makes creating the tables one process at a time.
+_SCHEMA_LOCK = 7_240_016
+
+
+def catalog_url() -> str | None:
+    """The catalog's database server (AGENTSCALER_CATALOG_URL), or None for the workspace file."""
+    return os.environ.get(CATALOG_URL_ENV) or None
 
 
 def engine_for(path: Path) -> Engine:
+    """The engine of AGENTSCALER_CATALOG_URL when set, else of the SQLite file at `path`."""
+    url = catalog_url()
+    return _server_engine(url) if url else _sqlite_engine(path)
+
+
+def _server_engine(url: str) -> Engine:
+    if url not in _ENGINES:
+        eng = create_engine(url, pool_pre_ping=True)
+        with eng.begin() as conn:  # two workers opening a new catalog at once: one creates the tables
+            if eng.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK})
+            Base.metadata.create_all(conn)
+            _add_missing_columns(conn)
+        _ENGINES[url] = eng
+    return _ENGINES[url]
+
+
+def _sqlite_engine(path: Path) -> Engine:
     key = str(Path(path).resolve())
     if key not in _ENGINES:
         Path(key).parent.mkdir(parents=True, exist_ok=True)
@@ -100,22 +131,22 @@ def engine_for(path: Path) -> Engine:
 
         # create_all checks then creates: two processes opening a new catalog at once would race.
         with file_lock(Path(key + ".lock")):
-            Base.metadata.create_all(eng)
-            _add_missing_columns(eng)
+            with eng.begin() as conn:
+                Base.metadata.create_all(conn)
+                _add_missing_columns(conn)
         _ENGINES[key] = eng
     return _ENGINES[key]
 
 
-def _add_missing_columns(eng: Engine) -> None:
+def _add_missing_columns(conn: Any) -> None:
     """A catalog written before a column existed gets it (nullable), so old workspaces still open."""
-    with eng.connect() as conn:
-        for table in Base.metadata.sorted_tables:
-            have = {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table.name})")}
-            for col in table.columns:
-                if col.name not in have:
-                    kind = col.type.compile(eng.dialect)
-                    conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {kind}")
-        conn.commit()
+    found = inspect(conn)
+    for table in Base.metadata.sorted_tables:
+        have = {c["name"] for c in found.get_columns(table.name)}
+        for col in table.columns:
+            if col.name not in have:
+                kind = col.type.compile(conn.dialect)
+                conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {kind}")
 
 
 class Catalog:
@@ -155,8 +186,16 @@ class Catalog:
         """Record a domain's stage status; 'running' counts an attempt."""
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
+        try:
+            self._mark(domain, stage, status, error, artifact)
+        except IntegrityError:  # a server catalog: another process inserted the row first; now it exists
+            self._mark(domain, stage, status, error, artifact)
+
+    def _mark(self, domain: str, stage: str, status: str, error: str | None, artifact: str | None) -> None:
         with Session(self.engine) as s, s.begin():
-            row = s.get(DomainStage, (domain, stage))
+            # FOR UPDATE: on a server, two processes' read-modify-write (attempts + 1) go one at a
+            # time (SQLite's BEGIN IMMEDIATE already serializes them; it ignores the clause)
+            row = s.get(DomainStage, (domain, stage), with_for_update=True)
             if row is None:
                 row = DomainStage(domain=domain, stage=stage, attempts=0)
                 s.add(row)

@@ -36,8 +36,11 @@ from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from envs.spec import DomainSpec
 from flows.build_worker import RETRY_DELAYS_S, build_batch, build_one
-from flows.common import batches, fan_out, failed_text, failure_lines, publish_markdown, run_batch_deployments, run_record
+from flows.common import (batch_outcome, batches, cell, fan_out, failed_text, failure_lines, publish_markdown,
+                          run_batch_deployments, run_record)
+from tasks.environments.rules import readable_name
 from tasks.environments.synthesize import domain_tools, load_domain_records
+from tasks.evaluation.report import funnel, funnel_markdown
 
 # Domains built at once (each drives its own sandbox worker). Set per worker machine.
 MAX_WORKERS = int(os.environ.get("AGENTSCALER_MAX_WORKERS", "2"))
@@ -50,12 +53,12 @@ POOL_MIN_DOMAINS = 24
 BUILD_STAGES = ("synthesize", "scenarios")
 
 
-@task(name="build-domain", retries=len(RETRY_DELAYS_S), retry_delay_seconds=list(RETRY_DELAYS_S),
-      retry_condition_fn=transient_only,
+@task(name="build-domain", task_run_name="build {item[name]}", retries=len(RETRY_DELAYS_S),
+      retry_delay_seconds=list(RETRY_DELAYS_S), retry_condition_fn=transient_only,
       tags=["synthesize", "scenarios"])
 def build_domain_task(item: dict[str, Any], workspace: str, synth: str, seed: int, per_domain: int,
                       max_length: int) -> dict[str, Any]:
-    """item = {"record": domain record, "tools": its member tools as dicts}."""
+    """item = {"record": domain record, "tools": its member tools as dicts, "name": what a person reads}."""
     ws = Workspace(workspace)
     log = get_run_logger()
     record = item["record"]
@@ -120,7 +123,12 @@ def _items(ws: Workspace, domains: list[str] | None, limit: int | None) -> list[
     """The domain records to build, each with its member tools (one task run per domain)."""
     records = _records(ws, domains, limit)
     tools = load_tools(ws.tools_path)
-    return [{"record": r, "tools": [t.model_dump() for t in domain_tools(r, tools)]} for r in records]
+    out = []
+    for r in records:
+        members = domain_tools(r, tools)
+        out.append({"record": r, "tools": [t.model_dump() for t in members],
+                    "name": readable_name(str(r.get("domain")), members)})
+    return out
 
 
 def _built(ws: Workspace, domain: str) -> dict[str, Any]:
@@ -135,10 +143,13 @@ def build_batch_flow(workspace: str, domains: list[str], synth: str = "rules", s
                      max_length: int = 4) -> dict[str, Any]:
     """One batch of domains: build_environments' batch run, taken by whichever worker is free."""
     ws = Workspace(workspace)
-    results, errors = fan_out(build_domain_task, _items(ws, domains, None),
-                              key=lambda it: str(it["record"].get("domain")), workspace=str(ws.root), synth=synth,
-                              seed=seed, per_domain=per_domain, max_length=max_length)
-    return {"built": sorted(results), "failed": errors}
+    items = _items(ws, domains, None)
+    results, failures = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
+                                workspace=str(ws.root), synth=synth, seed=seed, per_domain=per_domain,
+                                max_length=max_length)
+    publish_markdown("build-batch", "# build batch\n\n" + domain_table(items, results, failures),
+                     f"{len(items)} domains of one batch: {len(results)} built, {len(failures)} failed")
+    return {"built": sorted(results), "failed": failed_text(failures)}
 
 
 @flow(name="build-environments", task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
@@ -152,7 +163,8 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
     POOL_MIN_DOMAINS domains on; 0 = one thread-pool task per domain)."""
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
-    records = _records(ws, domains, limit)
+    items = _items(ws, domains, limit)  # each record with its tools and the name a person reads
+    records = [it["record"] for it in items]
     size = batch_size or BATCH_SIZE
     procs = (PROCESSES if len(records) >= POOL_MIN_DOMAINS else 0) if processes is None else processes
     params = {"synth": synth, "seed": seed, "per_domain": per_domain, "max_length": max_length,
@@ -165,24 +177,13 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
             run_batch_deployments(batch_deployment, parts, {"workspace": str(ws.root), "synth": synth, "seed": seed,
                                                             "per_domain": per_domain, "max_length": max_length},
                                   catalog, BUILD_STAGES)
-            results, failures = {}, {}
-            for d in ids:
-                st = {s: catalog.stage_status(d, s) or {} for s in BUILD_STAGES}
-                if all(v.get("status") == "done" for v in st.values()):
-                    results[d] = _built(ws, d)
-                else:  # the batch run recorded the stage's error in the catalog (a killed worker: the run's state)
-                    stage, err = next(((s, str(v.get("error"))) for s, v in st.items() if v.get("status") == "failed"),
-                                      ("orchestration", "not built"))
-                    failures[d] = {"stage": stage, "type": "BatchFailure", "where": "", "our_code": "",
-                                   "message": err[:500],  # a run that crashed or never ran is not the domain's fault
-                                   "kind": "infrastructure" if stage == "orchestration" or "Crashed" in err else "domain"}
+            results, failures = batch_outcome(catalog, ids, BUILD_STAGES, lambda d: _built(ws, d))
             summary["batches"] = len(parts)
         elif synth == "rules" and procs > 0:
             results, failures = _pooled(ws, [str(r.get("domain")) for r in records], procs, synth=synth, seed=seed,
                                         per_domain=per_domain, max_length=max_length)
         else:
-            results, failures = fan_out(build_domain_task, _items(ws, domains, limit),
-                                        key=lambda it: str(it["record"].get("domain")),
+            results, failures = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
                                         label="build", workspace=str(ws.root), synth=synth, seed=seed,
                                         per_domain=per_domain, max_length=max_length)
         errors = failed_text(failures)
@@ -194,16 +195,42 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
         catalog.set_counts(summary["run_id"], "build_environments",
                            {"domains": len(records), "built": len(results), "failed": len(errors),
                             "scenarios": summary["scenarios"]})
-        publish_markdown("build-environments", _markdown(summary), "environments and scenarios per domain")
+        publish_markdown("build-environments", _markdown(summary, items, results, failures, funnel(ws, [])),
+                         "environments and scenarios per domain")
     return summary
 
 
-def _markdown(summary: dict[str, Any]) -> str:
+def domain_table(items: list[dict[str, Any]], results: dict[str, Any], failures: dict[str, dict[str, Any]]) -> str:
+    """One row per domain, by its name: tools, tools that execute, scenarios, and its status or its
+    error's type (failed domains first, each error linked to its full failure line below: stage,
+    exception, file:line, whose fault, message)."""
+    rows = []
+    for it in items:
+        d = str(it["record"].get("domain"))
+        r, f = results.get(d), failures.get(d)
+        if f is not None:
+            # the error's type only, linked to its full line below: the UI cut a wider table off
+            rows.append((0, f"| `{it['name']}` | {len(it['tools'])} | | | **failed**: "
+                            f"[{cell(f['type'], 40)}](#failed-{d}) |"))
+        elif r is not None:
+            rows.append((1, f"| `{it['name']}` | {r['tools']} | {r['executes'] if r['executes'] is not None else ''} | "
+                            f"{r['scenarios']} | {'unchanged' if r.get('skipped') else 'built'} |"))
+        else:
+            rows.append((0, f"| `{it['name']}` | {len(it['tools'])} | | | not built |"))
+    lines = ["| domain | tools | tools that execute | scenarios | status or error |", "|---|---|---|---|---|",
+             *(row for _, row in sorted(rows, key=lambda x: x[0]))]
+    if failures:
+        lines += ["", "## failed domains (stage: exception at file:line [whose fault])", ""]
+        lines += [f'- <a id="failed-{k}"></a>{line}' for k, line in zip(sorted(failures), failure_lines(failures))]
+    return "\n".join(lines) + "\n"
+
+
+def _markdown(summary: dict[str, Any], items: list[dict[str, Any]], results: dict[str, Any],
+              failures: dict[str, dict[str, Any]], counts: dict[str, int]) -> str:
     lines = ["# build_environments", "", "| domains | built | failed | tools | tools that execute (grounded call, non-empty result) | scenarios |",
              "|---|---|---|---|---|---|",
              f"| {summary['domains']} | {summary['built']} | {len(summary['failed'])} | {summary['tools']} | "
-             f"{summary['tools_execute']} | {summary['scenarios']} |"]
-    if summary["failures"]:
-        lines += ["", "## failed domains (stage: exception at file:line [whose fault])", ""]
-        lines += [f"- {line}" for line in failure_lines(summary["failures"])]
+             f"{summary['tools_execute']} | {summary['scenarios']} |", "", "## per domain", "",
+             domain_table(items, results, failures), "## the workspace's funnel so far (rollouts are counted by collect_experience, not here)", "",
+             funnel_markdown(counts)]
     return "\n".join(lines) + "\n"

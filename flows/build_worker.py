@@ -25,13 +25,14 @@ def build_one(ws: Workspace, record: dict[str, Any], tools: list[Tool], synth: s
     """One domain: its environment, then its scenarios; the figures the build's summary counts."""
     t0 = time.perf_counter()
     spec = synthesize_domain(ws, record, tools, synth=synth, seed=seed)
+    name = f"{spec.name} {spec.id}"  # the name synthesis gave it (the UI's task run name guessed it)
     if log:
-        log("synthesize %s: %d tools, %s execute (%.1f s)", spec.id, len(spec.tools), spec.report.get("executes"),
-            time.perf_counter() - t0)
+        log("synthesize %s: %d tools, %s of them execute (%.1f s)", name, len(spec.tools),
+            spec.report.get("executes"), time.perf_counter() - t0)
     t0 = time.perf_counter()
     scen = build_scenarios(ws, spec.id, per_domain=per_domain, max_length=max_length, seed=seed)
     if log:
-        log("scenarios %s: %d kept%s (%.1f s)", spec.id, scen.get("kept", 0),
+        log("scenarios %s: %d kept%s (%.1f s)", name, scen.get("kept", 0),
             ", unchanged" if scen.get("skipped") else "", time.perf_counter() - t0)
     return {"domain": spec.id, "tools": len(spec.tools), "executes": spec.report.get("executes"),
             "scenarios": scen.get("kept", 0), "skipped": bool(scen.get("skipped"))}

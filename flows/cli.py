@@ -214,6 +214,7 @@ def collect_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-co
                 samples: Optional[int] = typer.Option(None, "--samples", help="Rejection sampling: N samples per train-split scenario (temperature > 0 for N > 1), kept if verified; reports acceptance per domain and scenario length."),
                 checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="With --llm local: sample this HF model dir (e.g. the trained stage) instead of the shipped GGUF."),
                 precision: str = typer.Option("f16", "--precision", help="GGUF precision of --checkpoint: f16 | f32."),
+                batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Domains per batch run when the deployment spreads batches over workers (default $AGENTSCALER_BATCH_SIZE or 25)."),
                 deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment instead."),
                 wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -227,6 +228,8 @@ def collect_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-co
     params = {"workspace": str(workspace_path().resolve()), "llm": llm, "model": model, "user": user,
               "trials": trials, "split": split, "per_domain": per_domain}
     extra = {"samples": samples} if samples is not None else {}
+    if batch_size is not None:
+        extra["batch_size"] = batch_size
     if checkpoint is not None:
         extra |= {"checkpoint": str(checkpoint.resolve()), "precision": precision}
     out = _run_flow_or_deployment("collect-experience", deployment, params | extra, wait)

@@ -126,6 +126,11 @@ def failure_lines(failures: dict[str, dict[str, Any]]) -> list[str]:
             + f" [{f['kind']}]: {f['message'][:200]}" for k, f in sorted(failures.items())]
 
 
+def cell(text: str, limit: int = 160) -> str:
+    """Text that stays inside one markdown table cell (one line, pipes escaped, at most `limit`)."""
+    return " ".join(text.replace("|", "\\|").split())[:limit]
+
+
 def batches(items: list[Any], size: int) -> list[list[Any]]:
     """Consecutive slices of at most `size` items (size < 1 counts as 1)."""
     size = max(1, size)
@@ -160,6 +165,25 @@ def run_batch_deployments(deployment: str, parts: list[list[str]], params: dict[
                     catalog.mark(domain, undone[0], "failed", error=reason)
                     errors[domain] = reason
     return errors
+
+
+def batch_outcome(catalog: Catalog, ids: list[str], stages: tuple[str, ...],
+                  read: Callable[[str], dict[str, Any]]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """After run_batch_deployments: (results by domain, read back by `read`, for the domains whose
+    every stage is done; failures by domain, in fan_out's shape, for the rest). A stage's recorded
+    error is the domain's fault unless its batch run crashed or never ran (infrastructure)."""
+    results: dict[str, Any] = {}
+    failures: dict[str, dict[str, Any]] = {}
+    for d in ids:
+        st = {s: catalog.stage_status(d, s) or {} for s in stages}
+        if all(v.get("status") == "done" for v in st.values()):
+            results[d] = read(d)
+            continue
+        stage, err = next(((s, str(v.get("error"))) for s, v in st.items() if v.get("status") == "failed"),
+                          ("orchestration", "not done"))
+        failures[d] = {"stage": stage, "type": "BatchFailure", "where": "", "our_code": "", "message": err[:500],
+                       "kind": "infrastructure" if stage == "orchestration" or "Crashed" in err else "domain"}
+    return results, failures
 
 
 def publish_markdown(key: str, markdown: str, description: str = "") -> None:

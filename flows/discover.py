@@ -14,7 +14,7 @@ from agentscaler.errors import transient_only
 from agentscaler.hashing import content_hash
 from agentscaler.llm import LLMClient
 from agentscaler.workspace import Workspace
-from flows.common import run_record
+from flows.common import cell, publish_markdown, run_record
 from tasks.discover.check import LLMDependencyChecker
 from tasks.discover.config import DiscoverConfig
 from tasks.discover.discover import discover
@@ -61,4 +61,19 @@ def discover_flow(workspace: str, embedding: str = "fast", threshold: float | No
             "tools": summary["tools"], "domains": summary["domains"], "kept_tools": summary["kept_tools"],
             "dropped": summary["dropped"], "edges.similar": summary["edges"]["similar"],
             "edges.dataflow": summary["edges"]["dataflow"]})
+        publish_markdown("discover", _markdown(summary, load_domains(ws)), f"{summary['domains']} domains")
     return dict(summary)
+
+
+def _markdown(summary: dict[str, Any], records: list[dict[str, Any]], shown: int = 30) -> str:
+    """The run's artifact: the graph's totals and the largest domains with their first tool names."""
+    edges = summary["edges"]
+    lines = ["# discover", "", "| tools | kept | dropped | domains | similar edges | data-flow edges | modularity |",
+             "|---|---|---|---|---|---|---|",
+             f"| {summary['tools']} | {summary['kept_tools']} | {summary['dropped']} | {summary['domains']} | "
+             f"{edges.get('similar')} | {edges.get('dataflow')} | {summary.get('modularity', '')} |", "",
+             f"## the {min(shown, len(records))} largest of {len(records)} domains", "",
+             "| domain | tools | first tool names |", "|---|---|---|"]
+    for rec in sorted(records, key=lambda r: (-len(r["tools"]), r["domain"]))[:shown]:
+        lines.append(f"| `{rec['domain']}` | {len(rec['tools'])} | {cell(', '.join(rec.get('names', [])[:5]))} |")
+    return "\n".join(lines) + "\n"

@@ -8,7 +8,7 @@ from prefect import flow, task
 
 from agentscaler.catalog import Catalog
 from agentscaler.workspace import Workspace
-from flows.common import run_record
+from flows.common import publish_markdown, run_record
 from tasks.corpus.ingest import ingest
 
 
@@ -37,5 +37,17 @@ def ingest_flow(workspace: str, sources: list[str], fmt: str = "auto", strict: b
         summary.update({k: report[k] for k in ("accepted", "rejected", "sources", "new", "total", "errors_total", "ok")})
         if not report["ok"]:
             summary["status"] = "failed"
+        publish_markdown("ingest", _markdown(report), f"{report['accepted']} tools accepted")
     report["run_id"] = summary["run_id"]
     return report
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    """The run's artifact: what was kept, from where, and what was rejected and why."""
+    lines = ["# ingest", "", "| accepted | new | total in the corpus | read errors |", "|---|---|---|---|",
+             f"| {report['accepted']} | {report['new']} | {report['total']} | {report['errors_total']} |", "",
+             "## accepted per source", "", "| source | tools |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in sorted(report["sources"].items())]
+    lines += ["", "## rejected by reason", "", "| reason | tools |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in sorted(report["rejected"].items(), key=lambda kv: -kv[1])] or ["| none | 0 |"]
+    return "\n".join(lines) + "\n"

@@ -14,8 +14,7 @@ from prefect import flow
 from agentscaler.catalog import Catalog
 from agentscaler.workspace import Workspace
 from flows.build_environments import BUILD_STAGES, build_environments_flow
-from flows.collect_experience import collect_experience_flow
-EXPERIENCE_STAGES = ("rollout",)
+from flows.collect_experience import EXPERIENCE_STAGES, collect_experience_flow
 
 
 def failed_domains(catalog: Catalog, stages: tuple[str, ...]) -> list[str]:

