@@ -19,7 +19,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+# AGENTSCALER_BENCH_RESULTS: write elsewhere (the tests do, so a test run never replaces measured results)
+RESULTS = Path(os.environ.get("AGENTSCALER_BENCH_RESULTS") or ROOT / "benchmarks" / "results")
 
 
 class Anchor(BaseModel):
