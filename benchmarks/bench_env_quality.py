@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/bench_env_quality.py --synthetic 3000         # ToolBench-format corpus, built here
     .venv/bin/python benchmarks/bench_env_quality.py --workspace WS           # an already built workspace
     .venv/bin/python benchmarks/bench_env_quality.py --labelled-only          # read/write classification only
+    .venv/bin/python benchmarks/bench_env_quality.py --quick                  # 30 domains of a built real workspace
+                                   # (--workspace, else $AGENTSCALER_BENCH_WORKSPACE, else ./workspace)
 
 Per domain and overall, with the distribution and the worst 10 domains by each metric (with why):
 - id coherence (tasks.environments.quality): id parameters that resolve to a seed row or a created id;
@@ -18,7 +20,8 @@ Per domain and overall, with the distribution and the worst 10 domains by each m
   tests/data/labelled_kinds.json (352 real tools labelled by hand).
 Building (--real/--synthetic) runs the stage functions (synthesize_all, build_all) in this
 process and times them; the machine's load average is recorded beside every figure. Results go to
-benchmarks/results/env_quality.md (and .json beside it).
+benchmarks/results/env_quality.md, the headline figures to env_quality.json (benchmarks/results_io's
+shape) and every detail to env_quality.detail.json (what --before and --render read).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agentscaler.artifacts import load_scenarios  # noqa: E402
+from benchmarks.results_io import RESULTS, Figure, Recorder  # noqa: E402
 from agentscaler.models import Tool  # noqa: E402
 from agentscaler.workspace import Workspace  # noqa: E402
 from envs.episode import Environment  # noqa: E402
@@ -50,7 +54,6 @@ from tasks.scenarios.quality import is_empty, scenario_quality  # noqa: E402
 from tasks.verify.replay import Replayer  # noqa: E402
 from tasks.verify.verify import verify_trajectories  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
 LABELLED = ROOT / "tests" / "data" / "labelled_kinds.json"
 METRICS = [("id_coherence", "id coherence", 0.95), ("write_observability", "write observability", 0.95),
            ("execute_rate", "execution (grounded call, non-empty)", None), ("chain_share", "chain share", 0.40),
@@ -383,6 +386,7 @@ def main() -> None:
     ap.add_argument("--synthetic", type=int, default=0, help="build a synthetic ToolBench corpus of N tools")
     ap.add_argument("--workspace", type=Path, action="append", default=[], help="measure a built workspace")
     ap.add_argument("--labelled-only", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="measure 30 domains of an already built real workspace")
     ap.add_argument("--per-domain", type=int, default=20)
     ap.add_argument("--limit", type=int, default=None, help="measure at most N domains per workspace")
     ap.add_argument("--keep", type=Path, default=None, help="build under this folder and keep it")
@@ -395,57 +399,90 @@ def main() -> None:
     ap.add_argument("--render", type=Path, default=None,
                     help="re-render a saved JSON result (unobserved causes split from the specs under --keep)")
     args = ap.parse_args()
+    if args.quick and not (args.workspace or args.real or args.synthetic):
+        ws = Path(os.environ.get("AGENTSCALER_BENCH_WORKSPACE") or ROOT / "workspace")
+        if not (ws / "domains").is_dir():
+            raise SystemExit(f"no built workspace at {ws} (run `make demo`, or pass --workspace / set "
+                             "AGENTSCALER_BENCH_WORKSPACE)")
+        args.workspace, args.limit = [ws], args.limit or 30
     if args.render:
         render(args.render, args.keep, args.out)
         return
     unsafe = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
-    res: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.cpu_count()} cores, {load()}",
-                           "labelled": labelled(), "corpora": {}}
-    print(f"classification: {res['labelled']['correct']}/{res['labelled']['tools']}", file=sys.stderr)
-    if not args.labelled_only:
-        base = args.keep or Path(tempfile.mkdtemp(prefix="bench_quality_"))
-        todo: list[tuple[str, Workspace, list[str] | None]] = []
-        if args.real:
-            from agentscaler.corpora import fetch
+    with Recorder("env_quality") as rec:
+        res: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.cpu_count()} cores, {load()}",
+                               "labelled": labelled(), "corpora": {}}
+        print(f"classification: {res['labelled']['correct']}/{res['labelled']['tools']}", file=sys.stderr)
+        if not args.labelled_only:
+            base = args.keep or Path(tempfile.mkdtemp(prefix="bench_quality_"))
+            todo: list[tuple[str, Workspace, list[str] | None]] = []
+            if args.real:
+                from agentscaler.corpora import fetch
 
-            for n in ("bfcl", "tau2", "nestful"):
-                fetch(n)
-            todo.append(("real corpora: BFCL + tau2 + NESTFUL", Workspace(base / "real"), ["bfcl", "tau2", "nestful"]))
-        if args.synthetic:
-            from benchmarks.bench_ingest import synth_toolbench
+                for n in ("bfcl", "tau2", "nestful"):
+                    fetch(n)
+                todo.append(("real corpora: BFCL + tau2 + NESTFUL", Workspace(base / "real"), ["bfcl", "tau2", "nestful"]))
+            if args.synthetic:
+                from benchmarks.bench_ingest import synth_toolbench
 
-            folder = base / "toolbench"
-            synth_toolbench(folder, args.synthetic)
-            todo.append((f"synthetic ToolBench corpus, {args.synthetic} tools", Workspace(base / "synthetic"),
-                         [str(folder)]))
-        for w in args.workspace:
-            todo.append((f"workspace {w}", Workspace(w), None))
-        for name, ws, sources in todo:
-            part: dict[str, Any] = {}
-            if sources is not None:
-                print(f"building {name} ({load()})", file=sys.stderr)
-                part["build"] = build(ws, sources, args.per_domain, unsafe)
-                if args.real and "real" in name:
-                    tau2_verticals(ws)
-            print(f"measuring {name} ({load()})", file=sys.stderr)
-            t = time.perf_counter()
-            part["domains"] = measure_workspace(ws, unsafe, args.limit)
-            part["measure_s"] = round(time.perf_counter() - t, 1)
-            part["load_after"] = load()
-            res["corpora"][name] = part
-    if args.compare_build:
-        res["build_comparison"] = compare_build(args.compare_build, ["bfcl", "tau2", "nestful"], args.per_domain)
-        print(json.dumps(res["build_comparison"], indent=1), file=sys.stderr)
-    if args.before:
-        prev = json.loads(args.before.read_text())
-        parts = list(prev["corpora"].values())
-        if parts and args.before_as:
-            res["before"] = {args.before_as: {"when": prev["when"], "machine": prev["machine"],
-                                              "domains": parts[0]["domains"], "build": parts[0].get("build")}}
+                folder = base / "toolbench"
+                synth_toolbench(folder, args.synthetic)
+                todo.append((f"synthetic ToolBench corpus, {args.synthetic} tools", Workspace(base / "synthetic"),
+                             [str(folder)]))
+            for w in args.workspace:
+                todo.append((f"workspace {w}", Workspace(w), None))
+            for name, ws, sources in todo:
+                part: dict[str, Any] = {}
+                if sources is not None:
+                    print(f"building {name} ({load()})", file=sys.stderr)
+                    part["build"] = build(ws, sources, args.per_domain, unsafe)
+                    if args.real and "real" in name:
+                        tau2_verticals(ws)
+                print(f"measuring {name} ({load()})", file=sys.stderr)
+                t = time.perf_counter()
+                part["domains"] = measure_workspace(ws, unsafe, args.limit)
+                part["measure_s"] = round(time.perf_counter() - t, 1)
+                part["load_after"] = load()
+                res["corpora"][name] = part
+        if args.compare_build:
+            res["build_comparison"] = compare_build(args.compare_build, ["bfcl", "tau2", "nestful"], args.per_domain)
+            print(json.dumps(res["build_comparison"], indent=1), file=sys.stderr)
+        if args.before:
+            prev = json.loads(args.before.read_text())
+            parts = list(prev["corpora"].values())
+            if parts and args.before_as:
+                res["before"] = {args.before_as: {"when": prev["when"], "machine": prev["machine"],
+                                                  "domains": parts[0]["domains"], "build": parts[0].get("build")}}
+    figures(rec, res, args.limit, args.quick)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(markdown(res))
-    args.out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
+    args.out.with_suffix(".detail.json").write_text(json.dumps(res, indent=1, default=str))
+    if args.out == RESULTS / "env_quality.md":
+        rec.write(markdown(res), out_dir=args.out.parent)
+    else:
+        args.out.write_text(markdown(res))
     print(args.out.read_text())
+
+
+def figures(rec: Recorder, res: dict[str, Any], limit: int | None, quick: bool) -> None:
+    """The headline figures (issue 18's aims) per corpus, pooled over its domains."""
+    lab = res["labelled"]
+    rec.figures.append(Figure(name="read/write classification, hand-labelled real tools", value=lab["correct"] / lab["tools"] * 100,
+                              unit="%", workload=f"real: {lab['tools']} hand-labelled tools (tests/data/labelled_kinds.json)",
+                              aim=">= 98%", meets_aim=lab["correct"] / lab["tools"] >= 0.98))
+    aims = {"id_coherence": (">= 95%", 0.95), "write_observability": (">= 95%", 0.95), "execute_rate": (None, None),
+            "chain_share": (">= 40%", 0.40), "nonempty_read_share": (">= 90%", 0.90), "replay_verified": ("100%", 1.0)}
+    for name, part in res["corpora"].items():
+        p = pooled([r for r in part["domains"] if "error" not in r])
+        real = "synthetic" not in name
+        wl = (f"{'real' if real else 'fixture'}: {name}, {p['domains']} domains"
+              + (f" (first {limit})" if limit else "") + (" (quick)" if quick else ""))
+        for metric, (aim, bar) in aims.items():
+            if p.get(metric) is None:
+                continue
+            rec.figures.append(Figure(name=metric.replace("_", " "), value=p[metric] * 100, unit="%", workload=wl,
+                                      aim=aim, meets_aim=None if bar is None else p[metric] >= bar))
+    rec.layers = ["sandbox for execution and gold replays: " + ("off" if os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
+                                                                 else "bwrap + seccomp + rlimits"), "replay verification"]
 
 
 if __name__ == "__main__":

@@ -59,13 +59,14 @@ def cpu_of(pid: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--concurrency", type=int, default=None, help="default 64 (quick 16)")
     ap.add_argument("--delay", type=float, default=0.2)
     ap.add_argument("--trials", type=int, default=None, help="default 60 (quick 6)")
     ap.add_argument("--quick", action="store_true", help="bounded: 6 trials of 20 shop scenarios")
     ap.add_argument("--in-flight", type=int, default=None, help="conversations at once (default 2 x concurrency)")
     a = ap.parse_args()
     a.trials = a.trials or (6 if a.quick else 60)
+    a.concurrency = a.concurrency or (16 if a.quick else 64)
     with Recorder("rollout") as rec, tempfile.TemporaryDirectory() as tmp:
         ws = Workspace(tmp)
         load_shop_builder()(ws.domain_dir("shop"))
