@@ -33,7 +33,7 @@ from benchmarks.results_io import RESULTS, Results, commit, load_results  # noqa
 README = ROOT / "README.md"
 STATUS = "run_all.json"  # the last outcome of every script, kept across runs (one script may run alone)
 # Hours-long runs: only when named (`make bench BENCH=closed_loop`); their results files still count.
-LONG = {"closed_loop", "bench_train", "bench_prefix"}
+LONG = {"closed_loop", "bench_train", "bench_prefix", "bench_synth_llm"}
 QUICK_TIMEOUT_S = 360
 FULL_TIMEOUT_S = 4 * 3600
 MARKERS = {"figures": ("<!-- figures:start -->", "<!-- figures:end -->"),
@@ -79,7 +79,7 @@ def run_one(path: Path, full: bool, timeout_s: float, logs: Path) -> dict[str, o
     log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{out}\n--- stderr\n{err}\n")
     return {"status": status, "reason": reason, "seconds": round(time.time() - t0, 1),
             "mode": "full" if full else "quick", "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "log": str(log.relative_to(ROOT))}
+            "log": str(log.relative_to(ROOT) if log.is_relative_to(ROOT) else log)}
 
 
 def load_status(out_dir: Path) -> dict[str, dict[str, object]]:

@@ -27,7 +27,7 @@ middle text stays
 old closed loop
 <!-- closed-loop:end -->
 
-end
+closing words
 """
 
 
@@ -72,7 +72,7 @@ def test_table_regenerated_between_markers(tmp_path):
     run_all.rebuild(out_dir=tmp_path, readme=readme)
     text = readme.read_text()
     assert "999 ms" not in text and "old closed loop" not in text
-    for kept in ("intro", "middle text stays", "end", *run_all.MARKERS["figures"], *run_all.MARKERS["closed-loop"]):
+    for kept in ("intro", "middle text stays", "closing words", *run_all.MARKERS["figures"], *run_all.MARKERS["closed-loop"]):
         assert text.count(kept) == 1, kept
     figs = text.split(run_all.MARKERS["figures"][0])[1].split(run_all.MARKERS["figures"][1])[0]
     row = next(ln for ln in figs.splitlines() if ln.startswith("| read call"))
