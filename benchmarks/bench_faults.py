@@ -238,8 +238,11 @@ def bench_hostile(tmp: Path) -> None:
         # contained: the domain failed with a reason, or the code was harmless inside the sandbox
         ok = intact and ((res["failed"] and res["catalog"] == "failed") or res["layer"] == "none")
         contained += ok
+        # past the static check, the sandboxed validation runs the code: the layer is named by its error
+        runtime = layer_of(res["error"])
         first = {"static": "static check (before anything runs)", "none": "accepted: harmless in the sandbox"}.get(
-            res["layer"]) or f"sandboxed validation: {layer_of(res['error'])}"
+            res["layer"]) or (runtime if not runtime.startswith("other") else "sandboxed validation (no layer named in "
+                                                                              "the error)")
         ATTACK_ROWS.append({"attack": attack, "llm_path": first, "llm_contained": ok, "env_path": "not tried",
                             "env_contained": None})
         if res["layer"] == "none":
@@ -346,6 +349,8 @@ def attacks_table() -> str:
     first = Counter(r["llm_path"] for r in ATTACK_ROWS if r["llm_path"] != "not tried")
     env = Counter(r["env_path"] for r in ATTACK_ROWS if r["env_path"] != "not tried")
     out = [f"\n## Hostile code: {len(ATTACK_ROWS)} distinct attacks, by the layer that stopped each\n",
+           "On the LLM path, code past the static check runs in the sandboxed validation; the layer named is the "
+           "one its error names. The two columns are the same attacks delivered two ways: never add them up.\n",
            "| layer | LLM-written code (static check first) | hand-written tools.py (no static check) |", "|---|---|---|"]
     for layer in sorted(set(first) | set(env)):
         out.append(f"| {layer} | {first.get(layer, 0)} | {env.get(layer, 0)} |")
