@@ -474,7 +474,8 @@ def figures(rec: Recorder, res: dict[str, Any], limit: int | None, quick: bool) 
     for name, part in res["corpora"].items():
         p = pooled([r for r in part["domains"] if "error" not in r])
         real = "synthetic" not in name
-        wl = (f"{'real' if real else 'fixture'}: {name}, {p['domains']} domains"
+        label = "a built workspace (the real corpora unless told otherwise)" if name.startswith("workspace ") else name
+        wl = (f"{'real' if real else 'fixture'}: {label}, {p['domains']} domains"
               + (f" (first {limit})" if limit else "") + (" (quick)" if quick else ""))
         for metric, (aim, bar) in aims.items():
             if p.get(metric) is None:
