@@ -62,10 +62,10 @@ test: install smoke
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # Every benchmark script in its own process (quick, bounded runs by default; FULL=1 for full runs;
-# BENCH=name for one, e.g. BENCH=tau2 or BENCH=closed_loop), then the README figures table is
+# BENCH=name for one, e.g. BENCH=tau2, or BENCH=closed_loop ARGS="--workspace ws"), then the README figures table is
 # rebuilt from benchmarks/results/*.json. Quick mode measured at ~MINUTES on the shared 2-core machine.
 bench: install
-	$(BIN)/python benchmarks/run_all.py $(if $(BENCH),--only $(BENCH)) $(if $(FULL),--full)
+	$(BIN)/python benchmarks/run_all.py $(if $(BENCH),--only $(BENCH)) $(if $(FULL),--full) $(if $(ARGS),--args "$(ARGS)")
 
 clean:
 	rm -rf workspace .pytest_cache

@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/run_all.py --only tau2     # one script (bench_tau2.py); `make bench BENCH=tau2`
     .venv/bin/python benchmarks/run_all.py --full          # full runs; `make bench FULL=1`
     .venv/bin/python benchmarks/run_all.py --table-only    # rebuild the tables from the results files alone
+    make bench BENCH=closed_loop ARGS="--workspace /data/cl"   # a long one, with its own arguments
 
 Each script runs in its own subprocess with a timeout; one that fails or times out gets a row saying so
 (with the reason) and the others still run. Scripts that take hours (LONG) run only when named with
@@ -60,9 +61,9 @@ def failure_reason(rc: int, stderr: str) -> str:
     return f"exit {rc}" + (f": {why}" if why else "")
 
 
-def run_one(path: Path, full: bool, timeout_s: float, logs: Path) -> dict[str, object]:
+def run_one(path: Path, full: bool, timeout_s: float, logs: Path, extra: list[str] | None = None) -> dict[str, object]:
     """Runs one script in its own process; returns its status row (ok / failed / timeout) with seconds."""
-    cmd = [sys.executable, str(path)] + ([] if full else ["--quick"])
+    cmd = [sys.executable, str(path)] + ([] if full else ["--quick"]) + (extra or [])
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{path.stem}.log"
     t0 = time.time()
@@ -204,6 +205,7 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="full runs instead of --quick")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per script")
     ap.add_argument("--table-only", action="store_true", help="rebuild the tables only")
+    ap.add_argument("--args", default="", help="extra arguments for the named script, e.g. '--workspace ws'")
     a = ap.parse_args()
     status = load_status(RESULTS)
     t0 = time.time()
@@ -216,12 +218,16 @@ def main() -> None:
             raise SystemExit(f"no such benchmark: {', '.join(sorted(missing))}")
         timeout = a.timeout or (FULL_TIMEOUT_S if a.full else QUICK_TIMEOUT_S)
         for p in todo:
-            if not a.full and not has_quick(p):
-                status[p.stem] = {"status": "not run", "reason": "no --quick mode (run it with FULL=1)", "seconds": 0}
+            full = a.full or not has_quick(p)
+            if full and not a.full and not wanted:
+                status[p.stem] = {"status": "not run", "reason": "no --quick mode (run it with FULL=1 or BENCH=name)",
+                                  "seconds": 0}
                 print(f"{p.stem}: not run (no --quick mode)", flush=True)
                 continue
-            print(f"{p.stem}: running ({'full' if a.full else 'quick'}, timeout {timeout:.0f} s)", flush=True)
-            status[p.stem] = run_one(p, a.full, timeout, RESULTS / "logs")
+            # a named script with one mode only runs in full, with a full run's timeout
+            limit = a.timeout or FULL_TIMEOUT_S if full else timeout
+            print(f"{p.stem}: running ({'full' if full else 'quick'}, timeout {limit:.0f} s)", flush=True)
+            status[p.stem] = run_one(p, full, limit, RESULTS / "logs", a.args.split())
             print(f"{p.stem}: {status[p.stem]['status']} in {status[p.stem]['seconds']} s "
                   f"{status[p.stem]['reason']}", flush=True)
         RESULTS.mkdir(parents=True, exist_ok=True)
