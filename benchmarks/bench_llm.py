@@ -52,6 +52,8 @@ def main() -> None:
         Figure(name="generation speed", value=out["generation_tokens_per_s_median"], unit="tokens/s", workload=wl),
         Figure(name="cache replay latency", value=out["cache_replay_latency_ms_median"], unit="ms", workload=wl),
     ]
+    ok, n = (int(x) for x in out["tool_calls_parsed"].split("/"))
+    rec.figures.append(Figure(name="forced tool calls parsed", value=ok, unit=f"of {n}", workload=wl))
     if out["tool_call_latency_s_median"] is not None:
         rec.figures.append(Figure(name=f"forced tool call latency ({out['tool_calls_parsed']} parsed)",
                                   value=out["tool_call_latency_s_median"], unit="s", workload=wl))
