@@ -374,11 +374,14 @@ def record(rec: Recorder, quick: bool) -> None:
         rec.figures.append(Figure(name=f"{r['part']}: survived", value=n, unit=f"of {of}",
                                   workload=f"fixture: the plain pipeline on fixture corpora; {r['faults']} faults{tag}",
                                   aim=f"all, 0 lost, 0 duplicated", meets_aim=n == of and r["lost"] == 0 and r["dups"] == 0))
-    first = Counter(r["llm_path"] for r in ATTACK_ROWS if r["llm_path"] != "not tried")
-    for layer, n in sorted(first.items()):
-        rec.figures.append(Figure(name=f"distinct attacks stopped by {layer} (LLM-written code)", value=n,
-                                  unit=f"of {sum(first.values())} attacks",
-                                  workload="fixture: tests/envs/test_sandbox_attacks.py's attacks as LLM-written code"))
+    for key, path in (("llm_path", "LLM-written code, static check first"),
+                      ("env_path", "the same attacks in hand-written tools.py, no static check")):
+        by = Counter(r[key] for r in ATTACK_ROWS if r[key] != "not tried")
+        for layer, n in sorted(by.items()):
+            rec.figures.append(Figure(name=f"distinct attacks stopped by {layer} ({path})", value=n,
+                                      unit=f"of {sum(by.values())} attacks",
+                                      workload="fixture: tests/envs/test_sandbox_attacks.py's attacks; the two paths "
+                                               "are the same attacks, never added up"))
 
 
 def main() -> None:
