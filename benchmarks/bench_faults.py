@@ -240,7 +240,7 @@ def bench_hostile(tmp: Path) -> None:
         contained += ok
         # past the static check, the sandboxed validation runs the code: the layer is named by its error
         runtime = layer_of(res["error"])
-        first = {"static": "static check (before anything runs)", "none": "accepted: harmless in the sandbox"}.get(
+        first = {"static": "static check (before anything runs)", "none": "none: accepted, harmless in the sandbox"}.get(
             res["layer"]) or (runtime if not runtime.startswith("other") else "sandboxed validation (no layer named in "
                                                                               "the error)")
         ATTACK_ROWS.append({"attack": attack, "llm_path": first, "llm_contained": ok, "env_path": "not tried",
@@ -378,7 +378,7 @@ def record(rec: Recorder, quick: bool) -> None:
                       ("env_path", "the same attacks in hand-written tools.py, no static check")):
         by = Counter(r[key] for r in ATTACK_ROWS if r[key] != "not tried")
         for layer, n in sorted(by.items()):
-            rec.figures.append(Figure(name=f"distinct attacks stopped by {layer} ({path})", value=n,
+            rec.figures.append(Figure(name=f"distinct attacks, stopping layer: {layer} ({path})", value=n,
                                       unit=f"of {sum(by.values())} attacks",
                                       workload="fixture: tests/envs/test_sandbox_attacks.py's attacks; the two paths "
                                                "are the same attacks, never added up"))

@@ -106,8 +106,8 @@ def summary_line(out_dir: Path) -> str:
 def fmt(x: float | None) -> str:
     if x is None:
         return "—"
-    if x == 0:
-        return "0"
+    if float(x).is_integer() and abs(x) < 1e9:
+        return f"{int(x):,}"
     a = abs(x)
     if a >= 1000:
         return f"{x:,.0f}"

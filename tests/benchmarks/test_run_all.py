@@ -76,10 +76,10 @@ def test_table_regenerated_between_markers(tmp_path):
         assert text.count(kept) == 1, kept
     figs = text.split(run_all.MARKERS["figures"][0])[1].split(run_all.MARKERS["figures"][1])[0]
     row = next(ln for ln in figs.splitlines() if ln.startswith("| read call"))
-    assert "52.0 us (median 52.0, p99 115)" in row and "43.3 us (tau2 same run); ratio 1.20x" in row
+    assert "52 us (median 52, p99 115)" in row and "43.3 us (tau2 same run); ratio 1.20x" in row
     slot = next(ln for ln in figs.splitlines() if ln.startswith("| slot use"))
     cells = [c.strip() for c in slot.strip("|").split("|")]
-    assert cells[3] == "—" and cells[4].startswith("72.0 % (source: a note)") and cells[6] == "**no**"
+    assert cells[3] == "—" and cells[4].startswith("72 % (source: a note)") and cells[6] == "**no**"
     assert "| `bench_broken.py` | failed: exit 1: ValueError: no workspace |" in figs
     assert "bench_ok" not in figs
     loop = text.split(run_all.MARKERS["closed-loop"][0])[1]
