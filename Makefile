@@ -63,7 +63,8 @@ test: install smoke
 
 # Every benchmark script in its own process (quick, bounded runs by default; FULL=1 for full runs;
 # BENCH=name for one, e.g. BENCH=tau2, or BENCH=closed_loop ARGS="--workspace ws"), then the README figures table is
-# rebuilt from benchmarks/results/*.json. Quick mode measured at ~MINUTES on the shared 2-core machine.
+# rebuilt from benchmarks/results/*.json. Quick mode: 923 s and 1,110 s measured on the shared 2-core
+# machine (load 14-23), bench_faults about half of it; at most 900 s per script.
 bench: install
 	$(BIN)/python benchmarks/run_all.py $(if $(BENCH),--only $(BENCH)) $(if $(FULL),--full) $(if $(ARGS),--args "$(ARGS)")
 

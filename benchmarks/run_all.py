@@ -35,7 +35,7 @@ README = ROOT / "README.md"
 STATUS = "run_all.json"  # the last outcome of every script, kept across runs (one script may run alone)
 # Hours-long runs: only when named (`make bench BENCH=closed_loop`); their results files still count.
 LONG = {"closed_loop", "bench_train", "bench_prefix", "bench_synth_llm"}
-QUICK_TIMEOUT_S = 600
+QUICK_TIMEOUT_S = 900  # bench_faults --quick took 414-516 s at load 13-23
 FULL_TIMEOUT_S = 4 * 3600
 MARKERS = {"figures": ("<!-- figures:start -->", "<!-- figures:end -->"),
            "closed-loop": ("<!-- closed-loop:start -->", "<!-- closed-loop:end -->")}
