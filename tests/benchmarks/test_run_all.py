@@ -136,3 +136,15 @@ def test_rollout_quick_end_to_end(tmp_path):
     assert sims.value > 0 and "(quick)" in sims.workload
     quoted = [f.anchor for f in res.figures if f.anchor]
     assert all(a.kind == "quoted" and "tau2-bench" in a.source for a in quoted)
+
+
+def test_summary_keeps_last_whole_run(tmp_path):
+    run = {"seconds": 1109.7, "load_start": [14.75], "load_end": [17.83], "mode": "quick", "only": [],
+           "finished": "2026-12-01T22:29:22Z"}
+    named = {**run, "seconds": 111.3, "only": ["bench_tau2"], "finished": "2026-12-01T22:35:52Z"}
+    (tmp_path / run_all.STATUS).write_text(json.dumps({"scripts": {}, "last_run": run, "last_named": named}))
+    line = run_all.summary_line(tmp_path)
+    assert "Last whole `make bench` (quick): 1109.7 s" in line and "named (quick: bench_tau2): 111.3 s" in line
+    (tmp_path / run_all.STATUS).write_text(json.dumps({"scripts": {}, "last_run": {**run, "finished": "2026-12-02"},
+                                                       "last_named": named}))
+    assert "named" not in run_all.summary_line(tmp_path)  # an older named run is not news
