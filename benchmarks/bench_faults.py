@@ -373,7 +373,7 @@ def record(rec: Recorder, quick: bool) -> None:
         n, of = int(m.group(1)), int(m.group(2))
         rec.figures.append(Figure(name=f"{r['part']}: survived", value=n, unit=f"of {of}",
                                   workload=f"fixture: the plain pipeline on fixture corpora; {r['faults']} faults{tag}",
-                                  aim=f"all, 0 lost, 0 duplicated", meets_aim=n == of and r["lost"] == 0 and r["dups"] == 0))
+                                  aim="all, 0 lost, 0 duplicated", meets_aim=n == of and r["lost"] == 0 and r["dups"] == 0))
     for key, path in (("llm_path", "LLM-written code, static check first"),
                       ("env_path", "the same attacks in hand-written tools.py, no static check")):
         by = Counter(r[key] for r in ATTACK_ROWS if r[key] != "not tried")
