@@ -1,7 +1,13 @@
 """Reliability and security figures (issue 11): crashes, concurrent runs, LLM faults, hostile code,
-hostile corpora, a full disk. Prints the table and writes benchmarks/results/faults.md.
+hostile corpora, a full disk. Prints the table and writes benchmarks/results/faults.{md,json}.
 
-    .venv/bin/python benchmarks/bench_faults.py [--kills 21] [--fuzz 400] [--skip disk,concurrent,...]
+    .venv/bin/python benchmarks/bench_faults.py [--quick] [--kills 21] [--fuzz 400] [--skip disk,concurrent,...]
+
+Hostile code is counted as DISTINCT attacks (tests/envs/test_sandbox_attacks.py's ATTACKS), each by the
+layer that stopped it, read from the run itself: on the LLM-synthesizer path, the static check before
+anything runs or the sandboxed validation's error; on the Environment path (hand-written tools.py,
+which the static check never sees), the error each attack's call returned, mapped to its layer
+(RUNTIME_LAYERS). An attack tried on both paths is one attack, not two.
 
 The pipeline is the real plain stages (tests/fault/pipeline.py) on the fixture corpora, with the
 scripted user and a scripted oracle agent endpoint (tests/fault/faulty_llm.py: no model; these
@@ -16,6 +22,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -30,11 +37,41 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from benchmarks.results_io import Figure, Recorder  # noqa: E402
 from tests.fault.crash import STAGES, child, clean_run, crash_chain, finish, source_hash  # noqa: E402
 from tests.fault.faulty_llm import FaultyLLM  # noqa: E402
 from tests.fault.pipeline import compare, lost_and_duplicated, snapshot  # noqa: E402
 
 ROWS: list[dict[str, Any]] = []
+ATTACK_ROWS: list[dict[str, Any]] = []  # one per distinct attack: the layer that stopped it on each path
+
+# The error text a contained attack's call returns -> the layer that stopped it (first match wins; the
+# messages are envs/worker.py's, envs/sandbox.py's, the OS's under seccomp/bwrap, and SQLite's authorizer).
+RUNTIME_LAYERS = [
+    ("socket syscall refused", "seccomp (syscall denied)"),
+    ("os.system failed", "seccomp (fork/exec denied)"),
+    ("not permitted", "seccomp (syscall denied)"),
+    ("No such file", "mount namespace (host paths absent)"),
+    ("Read-only file system", "mount namespace (read-only mount)"),
+    ("out of memory", "resource limits (RLIMIT_AS)"),
+    ("time limit", "resource limits (wall-clock deadline)"),
+    ("too large", "reply size caps"),
+    ("not authorized", "SQLite authorizer (guarded DB)"),
+    ("not JSON", "result check (JSON only)"),
+    ("nested deeper", "result depth bound"),
+    ("JSON", "result depth bound"),
+    ("recursion", "recursion limit in the worker"),
+    ("SystemExit", "worker catches exit"),
+    ("protocol", "reply nonce and framing (worker stopped)"),
+    ("crashed", "process isolation (crashed child replaced)"),
+]
+
+
+def layer_of(error: str) -> str:
+    for fragment, layer in RUNTIME_LAYERS:
+        if fragment in error:
+            return layer
+    return f"other: {error[:60]}" if error else "none (the call succeeded)"
 
 
 def row(part: str, faults: int, survived: str, lost: int, dups: int, attacks: str = "-", fuzz: str = "-",
@@ -199,7 +236,15 @@ def bench_hostile(tmp: Path) -> None:
         intact = canaries(cdir) == before
         layers[res["layer"]] += 1
         # contained: the domain failed with a reason, or the code was harmless inside the sandbox
-        contained += intact and ((res["failed"] and res["catalog"] == "failed") or res["layer"] == "none")
+        ok = intact and ((res["failed"] and res["catalog"] == "failed") or res["layer"] == "none")
+        contained += ok
+        # past the static check, the sandboxed validation runs the code: the layer is named by its error
+        runtime = layer_of(res["error"])
+        first = {"static": "static check (before anything runs)", "none": "none: accepted, harmless in the sandbox"}.get(
+            res["layer"]) or (runtime if not runtime.startswith("other") else "sandboxed validation (no layer named in "
+                                                                              "the error)")
+        ATTACK_ROWS.append({"attack": attack, "llm_path": first, "llm_contained": ok, "env_path": "not tried",
+                            "env_contained": None})
         if res["layer"] == "none":
             print(f"  {attack}: accepted (harmless in the sandbox)", flush=True)
     ws = Workspace(tmp / "llmdom" / "ws")
@@ -213,18 +258,23 @@ def bench_hostile(tmp: Path) -> None:
     env.reset()
     env_ok = 0
     try:
+        by_attack = {r["attack"]: r for r in ATTACK_ROWS}
         for attack, fragment, _ in CASES:
             res = env.call(f"attack_{attack}", {})
             after = env.call("get_user", {"user_id": "u1"})
-            env_ok += (not res.ok and any(f in (res.error or "") for f in fragment.split("|"))
-                       and after.ok and after.content["name"] == "Ada")
+            ok = (not res.ok and any(f in (res.error or "") for f in fragment.split("|"))
+                  and after.ok and after.content["name"] == "Ada")
+            env_ok += ok
+            r = by_attack.setdefault(attack, {"attack": attack, "llm_path": "not tried", "llm_contained": None})
+            r.update(env_path=layer_of("" if res.ok else (res.error or "")), env_contained=ok)
     finally:
         env.close()
-    n = len(ATTACKS) + len(CASES)
-    row("hostile code (LLM synth + Environment)", n, f"{contained + env_ok}/{n} contained", 0, 0,
-        attacks=f"{n} tried, {contained + env_ok} contained",
-        note=f"synth path: {dict(layers)} (static check / sandbox validation / accepted harmless); "
-             f"Environment on an LLM domain: {env_ok}/{len(CASES)}")
+    distinct = len(ATTACK_ROWS)
+    held = sum(all(r[k] is not False for k in ("llm_contained", "env_contained")) for r in ATTACK_ROWS)
+    row("hostile code (distinct attacks; LLM synth and Environment paths)", distinct,
+        f"{held}/{distinct} contained on every path tried", 0, 0, attacks=f"{distinct} distinct, {held} contained",
+        note=f"LLM synth path: {len(ATTACKS)} tried, {contained} contained ({dict(layers)}); Environment on an LLM "
+             f"domain (no static check): {len(CASES)} tried, {env_ok} contained; deliveries are not added up")
 
 
 # --- 5. fuzz ---------------------------------------------------------------------------------------
@@ -284,56 +334,109 @@ def bench_disk(tmp: Path, clean: dict[str, Any], sizes: list[str]) -> None:
         note=f"failed in stages {[r['stage'] for r in full]}; half-written final files: {half}")
 
 
-def write_table(path: Path, seconds: float) -> str:
+def write_table() -> str:
     head = ("| part | faults injected | runs survived | data lost | duplicates | attacks tried / contained | "
             "fuzz inputs | notes |\n|---|---|---|---|---|---|---|---|\n")
     body = "".join(f"| {r['part']} | {r['faults']} | {r['survived']} | {r['lost']} | {r['dups']} | {r['attacks']} | "
                    f"{r['fuzz']} | {r['note'].replace('|', '/')} |\n" for r in ROWS)
-    text = (f"# Reliability and security figures\n\nMeasured by `benchmarks/bench_faults.py` on "
-            f"{time.strftime('%Y-%m-%d')} ({os.cpu_count()} cores, {seconds / 60:.0f} min).\n\n" + head + body)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return text
+    return head + body + attacks_table()
+
+
+def attacks_table() -> str:
+    """Distinct attacks by the layer that stopped each: first on the LLM path, then with no static check."""
+    if not ATTACK_ROWS:
+        return ""
+    first = Counter(r["llm_path"] for r in ATTACK_ROWS if r["llm_path"] != "not tried")
+    env = Counter(r["env_path"] for r in ATTACK_ROWS if r["env_path"] != "not tried")
+    out = [f"\n## Hostile code: {len(ATTACK_ROWS)} distinct attacks, by the layer that stopped each\n",
+           "On the LLM path, code past the static check runs in the sandboxed validation; the layer named is the "
+           "one its error names. The two columns are the same attacks delivered two ways: never add them up.\n",
+           "| layer | LLM-written code (static check first) | hand-written tools.py (no static check) |", "|---|---|---|"]
+    for layer in sorted(set(first) | set(env)):
+        out.append(f"| {layer} | {first.get(layer, 0)} | {env.get(layer, 0)} |")
+    out.append(f"| total tried | {sum(first.values())} | {sum(env.values())} |")
+    out += ["", "| attack | LLM path: stopped by | contained | Environment path: stopped by | contained |",
+            "|---|---|---|---|---|"]
+    out += [f"| {r['attack']} | {r['llm_path']} | {r['llm_contained']} | {r['env_path']} | {r['env_contained']} |"
+            for r in ATTACK_ROWS]
+    return "\n".join(out) + "\n"
+
+
+def record(rec: Recorder, quick: bool) -> None:
+    """The figures: each part's survival as a count of its total, and distinct attacks per stopping layer."""
+    tag = " (quick: fewer faults)" if quick else ""
+    for r in ROWS:
+        m = re.match(r"^(\d+)/(\d+)", r["survived"])
+        if not m:
+            rec.notes.append(f"{r['part']}: {r['survived']}")
+            continue
+        n, of = int(m.group(1)), int(m.group(2))
+        rec.figures.append(Figure(name=f"{r['part']}: survived", value=n, unit=f"of {of}",
+                                  workload=f"fixture: the plain pipeline on fixture corpora; {r['faults']} faults{tag}",
+                                  aim="all, 0 lost, 0 duplicated", meets_aim=n == of and r["lost"] == 0 and r["dups"] == 0))
+    for key, path in (("llm_path", "LLM-written code, static check first"),
+                      ("env_path", "the same attacks in hand-written tools.py, no static check")):
+        by = Counter(r[key] for r in ATTACK_ROWS if r[key] != "not tried")
+        for layer, n in sorted(by.items()):
+            rec.figures.append(Figure(name=f"distinct attacks, stopping layer: {layer} ({path})", value=n,
+                                      unit=f"of {sum(by.values())} attacks",
+                                      workload="fixture: tests/envs/test_sandbox_attacks.py's attacks; the two paths "
+                                               "are the same attacks, never added up"))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kills", type=int, default=21)
-    ap.add_argument("--concurrent", type=int, default=2)
-    ap.add_argument("--llm-per-kind", type=int, default=3)
-    ap.add_argument("--fuzz", type=int, default=400, help="examples per fuzz property")
-    ap.add_argument("--disk-sizes", default="48k,96k,160k,240k")
+    ap.add_argument("--quick", action="store_true",
+                    help="bounded: 2 kills, 1 concurrent pair, 1 LLM fault per kind, 25 fuzz examples, 1 disk size")
+    ap.add_argument("--kills", type=int, default=None, help="default 21 (quick 2)")
+    ap.add_argument("--concurrent", type=int, default=None, help="default 2 (quick 1)")
+    ap.add_argument("--llm-per-kind", type=int, default=None, help="default 3 (quick 1)")
+    ap.add_argument("--fuzz", type=int, default=None, help="examples per fuzz property (default 400, quick 25)")
+    ap.add_argument("--disk-sizes", default=None, help="default 48k,96k,160k,240k (quick 96k)")
     ap.add_argument("--skip", default="", help="comma list of: crash,concurrent,llm,hostile,fuzz,disk")
     ap.add_argument("--seed", type=int, default=int(time.time()))
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "faults.md"))
     a = ap.parse_args()
+    q = a.quick
+    a.kills = a.kills if a.kills is not None else (2 if q else 21)
+    a.concurrent = a.concurrent or (1 if q else 2)
+    a.llm_per_kind = a.llm_per_kind or (1 if q else 3)
+    a.fuzz = a.fuzz or (25 if q else 400)
+    a.disk_sizes = a.disk_sizes or ("96k" if q else "48k,96k,160k,240k")
     skip = set(a.skip.split(",")) - {""}
-    t0 = time.time()
     tmp = Path(tempfile.mkdtemp(prefix="bench-faults-"))
     try:
-        clean_ws, clean, code = bench_crash(tmp, a.kills if "crash" not in skip else 0, a.seed)
-
-        def fresh() -> tuple[Path, dict[str, Any]]:
-            nonlocal clean_ws, clean, code
-            if source_hash() != code:  # the code changed since the clean run: compare with the new code's
-                clean_ws, clean, _, _, code = make_clean(tmp, 100 + len(ROWS))
-            return clean_ws, clean
-
-        if "concurrent" not in skip:
-            fresh()
-            bench_concurrent(tmp, clean_ws, clean, a.concurrent)
-        if "llm" not in skip:
-            bench_llm(tmp, clean_ws, a.llm_per_kind)
-        if "hostile" not in skip:
-            bench_hostile(tmp)
-        if "fuzz" not in skip:
-            bench_fuzz(a.fuzz)
-        if "disk" not in skip:
-            fresh()
-            bench_disk(tmp, clean, a.disk_sizes.split(","))
+        with Recorder("faults") as rec:
+            run_parts(a, skip, tmp)
     finally:
-        print(write_table(Path(a.out), time.time() - t0))
         shutil.rmtree(tmp, ignore_errors=True)
+    record(rec, q)
+    rec.layers = ["sandbox: bwrap + seccomp + rlimits + Landlock where the kernel has it",
+                  "static check of LLM-written code", "fresh sandbox child per episode"]
+    print(write_table())
+    print(rec.write(write_table()))
+
+
+def run_parts(a: argparse.Namespace, skip: set[str], tmp: Path) -> None:
+    clean_ws, clean, code = bench_crash(tmp, a.kills if "crash" not in skip else 0, a.seed)
+
+    def fresh() -> tuple[Path, dict[str, Any]]:
+        nonlocal clean_ws, clean, code
+        if source_hash() != code:  # the code changed since the clean run: compare with the new code's
+            clean_ws, clean, _, _, code = make_clean(tmp, 100 + len(ROWS))
+        return clean_ws, clean
+
+    if "concurrent" not in skip:
+        fresh()
+        bench_concurrent(tmp, clean_ws, clean, a.concurrent)
+    if "llm" not in skip:
+        bench_llm(tmp, clean_ws, a.llm_per_kind)
+    if "hostile" not in skip:
+        bench_hostile(tmp)
+    if "fuzz" not in skip:
+        bench_fuzz(a.fuzz)
+    if "disk" not in skip:
+        fresh()
+        bench_disk(tmp, clean, a.disk_sizes.split(","))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Ingest figures: all of BFCL + tau2 + NESTFUL, and a synthetic 30,000-tool ToolBench corpus.
 
 Each run is a fresh subprocess (so peak RSS is that run's own) on a fresh workspace; medians of
---repeat runs. Usage: .venv/bin/python benchmarks/bench_ingest.py [--repeat 3] [--tools 30000]
+--repeat runs. Usage: .venv/bin/python benchmarks/bench_ingest.py [--quick] [--repeat 3] [--tools 30000]
+(--quick: one run each, a 3,000-tool synthetic corpus.)
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.results_io import Figure, Recorder  # noqa: E402
 
 _CHILD = r"""
 import json, resource, sys, time
@@ -81,26 +85,43 @@ def bench(label: str, sources: list[str], repeat: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--tools", type=int, default=30000)
+    ap.add_argument("--quick", action="store_true", help="one run each; 3,000 synthetic tools")
+    ap.add_argument("--repeat", type=int, default=None, help="default 3 (quick 1)")
+    ap.add_argument("--tools", type=int, default=None, help="default 30000 (quick 3000)")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    args.tools = args.tools or (3000 if args.quick else 30000)
     from agentscaler.corpora import fetch
 
-    for name in ("bfcl", "tau2", "nestful"):
-        fetch(name)
-    print(f"medians of {args.repeat} runs, each a fresh process and workspace")
-    real = {n: bench(n, [n], args.repeat) for n in ("bfcl", "tau2", "nestful")}
-    allr = bench("bfcl+tau2+nestful", ["bfcl", "tau2", "nestful"], args.repeat)
-    with tempfile.TemporaryDirectory() as tmp:
-        t = time.perf_counter()
-        synth_toolbench(Path(tmp) / "toolbench", args.tools)
-        print(f"(generated {args.tools} ToolBench APIs in {time.perf_counter() - t:.1f} s)")
-        syn = bench(f"synthetic toolbench {args.tools}", [str(Path(tmp) / "toolbench")], args.repeat)
-    print(f"sum of separate real corpora / together: {sum(r['ingest_s'] for r in real.values()) / allr['ingest_s']:.2f}x; "
-          f"synthetic: {syn['accepted'] / syn['ingest_s']:.0f} tools/s, real: {allr['accepted'] / allr['ingest_s']:.0f} tools/s")
-    print(f"targets: real < 10 s -> {'ok' if allr['wall_s'] < 10 else 'MISSED'}; synthetic < 20 s -> "
-          f"{'ok' if syn['wall_s'] < 20 else 'MISSED'}; peak < 2048 MiB -> {'ok' if syn['peak_rss_mib'] < 2048 else 'MISSED'}")
+    with Recorder("ingest") as rec:
+        for name in ("bfcl", "tau2", "nestful"):
+            fetch(name)
+        print(f"medians of {args.repeat} runs, each a fresh process and workspace")
+        real = {n: bench(n, [n], args.repeat) for n in ("bfcl", "tau2", "nestful")}
+        allr = bench("bfcl+tau2+nestful", ["bfcl", "tau2", "nestful"], args.repeat)
+        with tempfile.TemporaryDirectory() as tmp:
+            t = time.perf_counter()
+            synth_toolbench(Path(tmp) / "toolbench", args.tools)
+            print(f"(generated {args.tools} ToolBench APIs in {time.perf_counter() - t:.1f} s)")
+            syn = bench(f"synthetic toolbench {args.tools}", [str(Path(tmp) / "toolbench")], args.repeat)
+        print(f"sum of separate real corpora / together: {sum(r['ingest_s'] for r in real.values()) / allr['ingest_s']:.2f}x; "
+              f"synthetic: {syn['accepted'] / syn['ingest_s']:.0f} tools/s, real: {allr['accepted'] / allr['ingest_s']:.0f} tools/s")
+        print(f"targets: real < 10 s -> {'ok' if allr['wall_s'] < 10 else 'MISSED'}; synthetic < 20 s -> "
+              f"{'ok' if syn['wall_s'] < 20 else 'MISSED'}; peak < 2048 MiB -> {'ok' if syn['peak_rss_mib'] < 2048 else 'MISSED'}")
+    med = f"median of {args.repeat} fresh processes" if args.repeat > 1 else "one fresh process (quick)"
+    real_wl = f"real: BFCL + tau2 + NESTFUL, {allr['accepted']} tools kept, {med}"
+    syn_wl = f"fixture: synthetic ToolBench-format corpus, {args.tools} tools, {med}"
+    rec.figures += [
+        Figure(name="ingest, real corpora, wall (process start to end)", value=allr["wall_s"], unit="s",
+               workload=real_wl, aim="< 10 s", meets_aim=allr["wall_s"] < 10),
+        Figure(name="ingest, real corpora, peak RSS", value=allr["peak_rss_mib"], unit="MiB", workload=real_wl),
+        Figure(name=f"ingest, {args.tools} synthetic tools, wall", value=syn["wall_s"], unit="s", workload=syn_wl,
+               aim="30k: < 20 s" if args.tools >= 30000 else None,
+               meets_aim=syn["wall_s"] < 20 if args.tools >= 30000 else None),
+        Figure(name=f"ingest, {args.tools} synthetic tools, peak RSS", value=syn["peak_rss_mib"], unit="MiB",
+               workload=syn_wl, aim="< 2 GiB", meets_aim=syn["peak_rss_mib"] < 2048),
+    ]
+    rec.write("\n".join(f"- {f.name}: {f.value:.2f} {f.unit} ({f.workload})" for f in rec.figures))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 cache replay latency, and throughput at concurrency 1 vs 2 (llama-cpp-python serves one request
 at a time, so concurrency buys little here; vLLM batches).
 
-    .venv/bin/python benchmarks/bench_llm.py [--n 5] [--starts 2]
+    .venv/bin/python benchmarks/bench_llm.py [--quick] [--n 5] [--starts 2]
+
+--quick: one server start, 2 requests per measurement, 48-token generations.
 """
 
 from __future__ import annotations
@@ -11,12 +13,16 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from agentscaler.llm import LLMClient, LLMFormatError
-from agentscaler.llm_server import local_server
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agentscaler.llm import LLMClient, LLMFormatError  # noqa: E402
+from agentscaler.llm_server import local_server  # noqa: E402
+from benchmarks.results_io import Figure, Recorder  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_user_details", "description": "Get a user's details by id.",
@@ -29,9 +35,34 @@ def med(xs: list[float]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=5, help="requests per measurement")
-    ap.add_argument("--starts", type=int, default=2, help="server starts to time")
+    ap.add_argument("--quick", action="store_true", help="1 start, 2 requests each, 48-token generations")
+    ap.add_argument("--n", type=int, default=None, help="requests per measurement (default 5, quick 2)")
+    ap.add_argument("--starts", type=int, default=None, help="server starts to time (default 2, quick 1)")
     args = ap.parse_args()
+    args.n = args.n or (2 if args.quick else 5)
+    args.starts = args.starts or (1 if args.quick else 2)
+    long_tokens = 48 if args.quick else 128
+    with Recorder("llm") as rec:
+        out = measure(args, long_tokens)
+    wl = (f"real: the local llama.cpp server with SmolLM2-135M, {args.n} requests each, "
+          f"{long_tokens}-token generations" + (" (quick)" if args.quick else ""))
+    rec.figures += [
+        Figure(name="local LLM server start", value=out["server_start_s_median"], unit="s", workload=wl),
+        Figure(name="short chat latency (16 tokens)", value=out["short_chat_latency_s_median"], unit="s", workload=wl),
+        Figure(name="generation speed", value=out["generation_tokens_per_s_median"], unit="tokens/s", workload=wl),
+        Figure(name="cache replay latency", value=out["cache_replay_latency_ms_median"], unit="ms", workload=wl),
+    ]
+    ok, n = (int(x) for x in out["tool_calls_parsed"].split("/"))
+    rec.figures.append(Figure(name="forced tool calls parsed", value=ok, unit=f"of {n}", workload=wl))
+    if out["tool_call_latency_s_median"] is not None:
+        rec.figures.append(Figure(name=f"forced tool call latency ({out['tool_calls_parsed']} parsed)",
+                                  value=out["tool_call_latency_s_median"], unit="s", workload=wl))
+    rec.layers = ["none: no tool code runs here"]
+    rec.write("```json\n" + json.dumps(out, indent=2) + "\n```")
+    print(json.dumps(out, indent=2))
+
+
+def measure(args: argparse.Namespace, long_tokens: int) -> dict:
     out: dict = {}
     starts = []
     for _ in range(args.starts - 1):
@@ -48,7 +79,7 @@ def main() -> None:
             r = client.chat_sync([{"role": "user", "content": "Say hello."}], max_tokens=16, stage="short", cache_salt=i,
                                  temperature=0.7, seed=i)
             short.append(r.latency_s)
-            r = client.chat_sync([{"role": "user", "content": "Write a long story about a robot."}], max_tokens=128,
+            r = client.chat_sync([{"role": "user", "content": "Write a long story about a robot."}], max_tokens=long_tokens,
                                  stage="long", cache_salt=i, temperature=0.7, seed=i)
             gen_tps.append(r.usage["completion_tokens"] / r.latency_s)
             try:
@@ -82,7 +113,7 @@ def main() -> None:
             c = LLMClient(url, timeout=300, concurrency=conc)
             out[f"requests_per_s_concurrency_{conc}"] = round(asyncio.run(burst(c, 2 * args.n)), 2)
         out["stats"] = client.stats()
-    print(json.dumps(out, indent=2))
+    return out
 
 
 if __name__ == "__main__":

@@ -23,18 +23,22 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from agentscaler.chat_template import render
-from agentscaler.llm import LLMClient, LLMFormatError
-from agentscaler.llm_server import default_model_path, local_server
-from agentscaler.schemas import check
-from agentscaler.workspace import Workspace
-from envs.spec import DomainSpec
-from tasks.rollouts.agent import agent_system_prompt
-from tasks.rollouts.engine import by_domain, select_scenarios
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agentscaler.chat_template import render  # noqa: E402
+from agentscaler.llm import LLMClient, LLMFormatError  # noqa: E402
+from agentscaler.llm_server import default_model_path, local_server  # noqa: E402
+from agentscaler.schemas import check  # noqa: E402
+from agentscaler.workspace import Workspace  # noqa: E402
+from benchmarks.results_io import Anchor, Figure, Recorder  # noqa: E402
+from envs.spec import DomainSpec  # noqa: E402
+from tasks.rollouts.agent import agent_system_prompt  # noqa: E402
+from tasks.rollouts.engine import by_domain, select_scenarios  # noqa: E402
 
 
 def pick(ws: Workspace, domains: int, per_domain: int, max_prompt: int, tokenize: Any) -> tuple[list[Any], dict]:
@@ -122,16 +126,17 @@ def main() -> None:
     chosen, info = pick(ws, a.domains, a.per_domain, a.n_ctx - 64 - 8, tokenize)
     before = chosen  # the evaluation's old order: round-robin over domains
     after = by_domain(chosen)
-    load0 = os.getloadavg()
-    arms: dict[str, list[dict[str, Any]]] = {"before (round-robin)": [], "after (grouped by domain)": []}
-    with local_server(model, n_threads=a.threads, n_ctx=a.n_ctx, startup_timeout=300) as url:
-        async def go() -> None:
-            async with LLMClient(url, concurrency=1, timeout=900, max_retries=0) as client:
-                for _ in range(a.repeats):
-                    arms["before (round-robin)"].append(await run_arm(client, before, info["setup"], a.trials))
-                    arms["after (grouped by domain)"].append(await run_arm(client, after, info["setup"], a.trials))
-        asyncio.run(go())
-    load1 = os.getloadavg()
+    with Recorder("prefix") as rec:
+        load0 = os.getloadavg()
+        arms: dict[str, list[dict[str, Any]]] = {"before (round-robin)": [], "after (grouped by domain)": []}
+        with local_server(model, n_threads=a.threads, n_ctx=a.n_ctx, startup_timeout=300) as url:
+            async def go() -> None:
+                async with LLMClient(url, concurrency=1, timeout=900, max_retries=0) as client:
+                    for _ in range(a.repeats):
+                        arms["before (round-robin)"].append(await run_arm(client, before, info["setup"], a.trials))
+                        arms["after (grouped by domain)"].append(await run_arm(client, after, info["setup"], a.trials))
+            asyncio.run(go())
+        load1 = os.getloadavg()
     prompt_sizes = [info["setup"][d][2] for d in {s.domain for s in chosen}]
     out = {"model": str(model.name), "threads": a.threads, "n_ctx": a.n_ctx, "scenarios": len(chosen),
            "domains": len({s.domain for s in chosen}), "trials": a.trials,
@@ -142,6 +147,14 @@ def main() -> None:
     f = statistics.median(r["median_s"] for r in arms["after (grouped by domain)"])
     out["median_ratio"] = round(b / f, 2) if f else None
     print(json.dumps(out, indent=1))
+    rec.figures.append(Figure(
+        name="per-request cost, grouped by domain (prefix reuse)", value=f, unit="s", median=f,
+        workload=f"real: {out['scenarios']} held-out single-call scenarios of {out['domains']} domains, "
+                 f"{out['model']}, forced tool call", ratio_to_anchor=round(f / b, 3) if b else None,
+        anchor=Anchor(value=b, unit="s", kind="measured", source="the old round-robin order, same run, arms alternating"),
+        aim="4x cheaper (issue 19)", meets_aim=bool(f and b / f >= 4)))
+    rec.layers = ["none: no tool code runs here"]
+    rec.write("```json\n" + json.dumps({k: v for k, v in out.items() if k != "arms"}, indent=1) + "\n```")
     if a.out:
         lines = [f"\n## {time.strftime('%Y-%m-%d %H:%M')} — {out['scenarios']} held-out single-call scenarios from "
                  f"{out['domains']} domains x {a.trials} trial(s), forced tool call, {out['model']}, threads {a.threads or 'server default'}"

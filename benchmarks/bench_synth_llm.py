@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentscaler.llm import LLMClient  # noqa: E402
 from agentscaler.models import Tool  # noqa: E402
+from benchmarks.results_io import Figure, Recorder  # noqa: E402
 
 
 def T(name: str, props: dict, req: list[str], desc: str) -> Tool:
@@ -108,14 +109,27 @@ def main() -> None:
     ap.add_argument("--domains", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--quick", action="store_true", help="1 domain, 1 round, 128 tokens")
     args = ap.parse_args()
-    if args.url:
-        out = run(args.url, args.model, args)
-    else:
-        from agentscaler.llm_server import local_server
+    if args.quick:
+        args.domains, args.rounds, args.max_tokens = 1, 1, 128
+    with Recorder("synth_llm") as rec:
+        if args.url:
+            out = run(args.url, args.model, args)
+        else:
+            from agentscaler.llm_server import local_server
 
-        with local_server(startup_timeout=180) as url:
-            out = run(url, args.model, args)
+            with local_server(startup_timeout=180) as url:
+                out = run(url, args.model, args)
+    ok, n = (int(x) for x in out["synth_success_rate"].split("/"))
+    wl = (f"real model: {args.model}, {n} small domains, {args.rounds} round(s), {args.max_tokens} max tokens"
+          + (" (quick)" if args.quick else ""))
+    rec.figures += [Figure(name="LLM synthesizer: domains accepted (not fallen back to rules)", value=ok,
+                           unit=f"of {n}", workload=wl, aim="path works"),
+                    Figure(name="LLM synthesizer: wall per domain", value=out["median_wall_s"], unit="s",
+                           median=out["median_wall_s"], workload=wl)]
+    rec.layers = ["static check of LLM-written code", "sandboxed validation"]
+    rec.write("```json\n" + json.dumps(out, indent=1) + "\n```")
     print(json.dumps(out, indent=1))
 
 

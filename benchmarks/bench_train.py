@@ -17,7 +17,11 @@ first/last loss. Variants differ from `base` (2 threads, batch 1, fp32) in one s
     top10         train only the top 10 of 30 decoder layers (no backward below them)
     bf16_top10    both
 
-    .venv/bin/python benchmarks/bench_train.py [--workspace WS] [--steps 5] [--variants base,threads1,...] [--json out.json]
+    .venv/bin/python benchmarks/bench_train.py [--quick] [--workspace WS] [--steps 5] [--variants base,threads1,...]
+
+Writes benchmarks/results/train.{json,md}: each variant's tokens/s beside `base` measured in the same
+run (its anchor). --quick: base and grad_ckpt, 2 steps, 1,024-token rows (minutes per step on a
+loaded 2-core machine, so `make bench` runs it only when named: BENCH=train).
 
 The machine is shared: run variants interleaved (--rounds 2) and read ratios, not absolute figures.
 """
@@ -38,6 +42,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.results_io import Anchor, Figure, Recorder  # noqa: E402
 
 BASE = {"torch_threads": 2, "per_device_train_batch_size": 1, "bf16": False}
 VARIANTS: dict[str, dict] = {
@@ -108,21 +114,31 @@ def one(variant: str, steps: int, workspace: str | None, max_length: int, model:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--quick", action="store_true", help="base and grad_ckpt, 2 steps, 1,024-token rows")
+    ap.add_argument("--steps", type=int, default=None, help="default 5 (quick 2)")
+    ap.add_argument("--variants", default=None, help="default every variant (quick base,grad_ckpt)")
     ap.add_argument("--workspace", default=None, help="use this workspace's sft/stage1/hf rows (default: fixtures)")
-    ap.add_argument("--max-length", type=int, default=4096)
+    ap.add_argument("--max-length", type=int, default=None, help="default 4096 (quick 1024)")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--rows", type=int, default=48, help="train rows taken from --workspace's export")
     ap.add_argument("--rounds", type=int, default=1, help="run the variant list this many times, interleaved")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    args.steps = args.steps or (2 if args.quick else 5)
+    args.variants = args.variants or ("base,grad_ckpt" if args.quick else ",".join(VARIANTS))
+    args.max_length = args.max_length or (1024 if args.quick else 4096)
     if args.one:
         one(args.one, args.steps, args.workspace, args.max_length, args.model, args.rows)
         return
-    rows = []
-    load = []
+    with Recorder("train") as rec:
+        rows, load = measure(args)
+    report(rec, rows, load, args)
+
+
+def measure(args: argparse.Namespace) -> tuple[list[dict], list[float]]:
+    rows: list[dict] = []
+    load: list[float] = []
     for _ in range(args.rounds):
         for variant in args.variants.split(","):
             cmd = [sys.executable, __file__, "--one", variant, "--steps", str(args.steps), "--max-length",
@@ -142,6 +158,10 @@ def main() -> None:
             print(f"{variant:<12} {row['median_step_s']:>7.2f} s/step {row['tokens_per_s']:>7.0f} tok/s "
                   f"{row['loss_tokens_per_s']:>6.0f} loss-tok/s {row['tokens_per_step']:>7.0f} tok/step "
                   f"{row['peak_rss_mib']:>6.0f} MiB  loss {row['first_loss']:.3f}->{row['last_loss']:.3f}", flush=True)
+    return rows, load
+
+
+def report(rec: Recorder, rows: list[dict], load: list[float], args: argparse.Namespace) -> None:
     ok = [r for r in rows if "failed" not in r]
     print(f"\nload average (1 min) during the runs: {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs")
     by: dict[str, list[float]] = {}
@@ -152,6 +172,19 @@ def main() -> None:
     for v, xs in by.items():
         med = statistics.median(xs)
         print(f"{v:<12} {med:>12.0f} {med / base if base else float('nan'):>8.2f}")
+    wl = (f"{'real: ' + str(args.rows) + ' exported rows of a workspace' if args.workspace else 'fixture: test trajectories'}"
+          f", {args.model}, {args.steps} steps, max length {args.max_length}" + (" (quick)" if args.quick else ""))
+    for v, xs in by.items():
+        med = statistics.median(xs)
+        rss = max(r["peak_rss_mib"] for r in ok if r["variant"] == v)
+        anchor = None if v == "base" or base is None else Anchor(
+            value=base, unit="tokens/s", kind="measured", source="variant base (2 threads, batch 1, fp32), same run")
+        rec.figures.append(Figure(name=f"CPU SFT tokens/s, variant {v} (peak {rss:.0f} MiB)", value=med,
+                                  unit="tokens/s", median=med, workload=wl, anchor=anchor,
+                                  ratio_to_anchor=med / base if anchor else None))
+    rec.notes += [f"{r['variant']} failed: {r['failed'][-200:]}" for r in rows if "failed" in r]
+    rec.layers = ["none: training runs no tool code"]
+    rec.write("```json\n" + json.dumps({"rows": rows, "load": load, "cpus": os.cpu_count()}, indent=2) + "\n```")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "load": load, "cpus": os.cpu_count()}, indent=2))
     shutil.rmtree(Path(tempfile.gettempdir()) / "bench-train", ignore_errors=True)

@@ -1,0 +1,150 @@
+"""make bench's table: rebuilt from results files between the README markers; failed scripts shown as failed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import run_all
+from benchmarks.results_io import ROOT, Anchor, Figure, Recorder, Results, load_results
+
+README = """# project
+
+intro
+
+<!-- figures:start -->
+old hand-typed table: 999 ms
+<!-- figures:end -->
+
+middle text stays
+
+<!-- closed-loop:start -->
+old closed loop
+<!-- closed-loop:end -->
+
+closing words
+"""
+
+
+def _results(out: Path) -> None:
+    rec = Recorder("sample")
+    with rec:
+        rec.figures.append(Figure(name="read call", value=52.0, unit="us", median=52.0, p99=115.0,
+                                  workload="real: tau2 airline", ratio_to_anchor=1.2, aim="<= 1.5x", meets_aim=True,
+                                  anchor=Anchor(value=43.3, unit="us", kind="measured", source="tau2 same run")))
+        rec.figures.append(Figure(name="slot use", value=95.0, unit="%", workload="fixture: shop",
+                                  anchor=Anchor(value=72.0, unit="%", kind="quoted", source="a note"),
+                                  aim=">= 95%", meets_aim=False))
+        rec.layers = ["seccomp"]
+    rec.write("body", out_dir=out)
+
+
+def test_results_round_trip(tmp_path):
+    _results(tmp_path)
+    (tmp_path / "free_form.json").write_text('{"not": "the common shape"}')  # skipped, not an error
+    [res] = load_results(tmp_path)
+    assert res.benchmark == "sample" and res.layers == ["seccomp"]
+    assert res.figures[0].anchor.kind == "measured" and res.figures[0].p99 == 115.0
+    again = Results.model_validate_json(json.dumps(res.model_dump()))
+    assert again == res
+    assert (tmp_path / "sample.md").read_text().startswith("# sample\n\ncommit ")
+
+
+def test_table_regenerated_between_markers(tmp_path):
+    _results(tmp_path)
+    (tmp_path / run_all.STATUS).write_text(json.dumps({"scripts": {
+        "bench_ok": {"status": "ok", "reason": "", "seconds": 3},
+        "bench_broken": {"status": "failed", "reason": "exit 1: ValueError: no workspace", "seconds": 1}}}))
+    (tmp_path / "closed_loop.json").write_text(json.dumps({
+        "config": {"heldout_scenarios": 4, "k": 2, "corpus": ["bfcl"]},
+        "train": {"global_step": 10, "first_loss": 0.79, "last_loss": 0.12},
+        "baseline": {"model": "base", "trials": 8, "pass^k": {"1": 0.0, "2": 0.0}, "trials_attempting_calls": 0,
+                     "agent_llm_s": 286.3, "conversations_s": 569.5, "seconds": 1.3},
+        "trained": {"model": "sft", "trials": 8, "pass^k": {"1": 0.0, "2": 0.0}, "trials_attempting_calls": 6,
+                    "agent_llm_s": 73.5, "conversations_s": 390.8, "seconds": 208.6, "format_errors": 6}}))
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    run_all.rebuild(out_dir=tmp_path, readme=readme)
+    text = readme.read_text()
+    assert "999 ms" not in text and "old closed loop" not in text
+    for kept in ("intro", "middle text stays", "closing words", *run_all.MARKERS["figures"], *run_all.MARKERS["closed-loop"]):
+        assert text.count(kept) == 1, kept
+    figs = text.split(run_all.MARKERS["figures"][0])[1].split(run_all.MARKERS["figures"][1])[0]
+    row = next(ln for ln in figs.splitlines() if ln.startswith("| read call"))
+    assert "52 us (median 52, p99 115)" in row and "43.3 us (tau2 same run); ratio 1.20x" in row
+    slot = next(ln for ln in figs.splitlines() if ln.startswith("| slot use"))
+    cells = [c.strip() for c in slot.strip("|").split("|")]
+    assert cells[3] == "—" and cells[4].startswith("72 % (source: a note)") and cells[6] == "**no**"
+    assert "| `bench_broken.py` | failed: exit 1: ValueError: no workspace |" in figs
+    assert "bench_ok" not in figs
+    loop = text.split(run_all.MARKERS["closed-loop"][0])[1]
+    base = next(ln for ln in loop.splitlines() if ln.startswith("| base"))
+    assert "286.3 s" in base and "1.3 s (resumed: not comparable)" in base and base.rstrip().endswith("yes |")
+    trained = next(ln for ln in loop.splitlines() if ln.startswith("| sft"))
+    assert "73.5 s" in trained and trained.rstrip().endswith("no |")
+    assert (tmp_path / "README-figures.md").read_text().count("| read call") == 1
+
+
+def test_missing_markers_refused(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    with pytest.raises(ValueError, match="markers"):
+        run_all.rebuild(out_dir=tmp_path, readme=readme)
+    assert readme.read_text() == "# no markers\n"
+
+
+def test_failing_script_reported_and_others_run(tmp_path):
+    bad = tmp_path / "bench_bad.py"
+    bad.write_text("raise RuntimeError('broken on purpose')\n")
+    slow = tmp_path / "bench_slow.py"
+    slow.write_text("import time\ntime.sleep(30)\n")
+    good = tmp_path / "bench_good.py"
+    good.write_text("print('fine')\n")
+    got = {p.stem: run_all.run_one(p, full=True, timeout_s=3, logs=tmp_path / "logs") for p in (bad, slow, good)}
+    assert got["bench_bad"]["status"] == "failed" and "RuntimeError: broken on purpose" in got["bench_bad"]["reason"]
+    assert got["bench_slow"]["reason"] == "timed out after 3 s"
+    assert got["bench_good"]["status"] == "ok"
+    assert "fine" in (tmp_path / "logs" / "bench_good.log").read_text()
+
+
+def test_every_own_benchmark_has_quick_mode():
+    """The scripts make bench runs by default accept --quick (scripts other helpers own are listed apart)."""
+    others = {"bench_verify", "bench_discover", "bench_synth", "bench_envs", "bench_production", "bench_mcp"}
+    mine = [p for p in run_all.scripts() if p.stem not in run_all.LONG | others]
+    missing = [p.name for p in mine if not run_all.has_quick(p)]
+    assert not missing, missing
+
+
+def test_rollout_quick_end_to_end(tmp_path):
+    """One benchmark in --quick mode, in a subprocess as make bench runs it, writes the common shape (~20 s)."""
+    from envs.sandbox import bwrap_works
+
+    if not bwrap_works():
+        pytest.skip("bubblewrap cannot create namespaces here")
+    p = subprocess.run([sys.executable, "benchmarks/bench_rollout.py", "--quick", "--trials", "2"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "AGENTSCALER_BENCH_RESULTS": str(tmp_path)})
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = Results.model_validate_json((tmp_path / "rollout.json").read_text())
+    assert res.layers and res.load_start and res.commit
+    sims = next(f for f in res.figures if f.name == "simulations per hour per process")
+    assert sims.value > 0 and "(quick)" in sims.workload
+    quoted = [f.anchor for f in res.figures if f.anchor]
+    assert all(a.kind == "quoted" and "tau2-bench" in a.source for a in quoted)
+
+
+def test_summary_keeps_last_whole_run(tmp_path):
+    run = {"seconds": 1109.7, "load_start": [14.75], "load_end": [17.83], "mode": "quick", "only": [],
+           "finished": "2026-12-01T22:29:22Z"}
+    named = {**run, "seconds": 111.3, "only": ["bench_tau2"], "finished": "2026-12-01T22:35:52Z"}
+    (tmp_path / run_all.STATUS).write_text(json.dumps({"scripts": {}, "last_run": run, "last_named": named}))
+    line = run_all.summary_line(tmp_path)
+    assert "Last whole `make bench` (quick): 1109.7 s" in line and "named (quick: bench_tau2): 111.3 s" in line
+    (tmp_path / run_all.STATUS).write_text(json.dumps({"scripts": {}, "last_run": {**run, "finished": "2026-12-02"},
+                                                       "last_named": named}))
+    assert "named" not in run_all.summary_line(tmp_path)  # an older named run is not news
