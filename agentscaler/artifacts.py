@@ -77,13 +77,17 @@ def load_domains(ws: Workspace) -> list[dict[str, Any]]:
 
 # --- domains/<id>/scenarios.jsonl -----------------------------------------------------------------
 
+def domain_scenarios(domain_dir: Path) -> list[Scenario]:
+    """The scenarios of one domain folder (a workspace's domains/<id>/ or an exported one); [] if none."""
+    p = Path(domain_dir) / SCENARIOS
+    return [Scenario.model_validate(r) for r in read_jsonl(p)] if p.exists() else []
+
+
 def load_scenarios(ws: Workspace, domain_id: str | None = None) -> list[Scenario]:
     """Scenarios on disk, of one domain or of every finished environment."""
     out: list[Scenario] = []
     for d in [domain_id] if domain_id else ws.domain_ids():
-        p = ws.domain_dir(d) / SCENARIOS
-        if p.exists():
-            out.extend(Scenario.model_validate(r) for r in read_jsonl(p))
+        out.extend(domain_scenarios(ws.domain_dir(d)))
     return out
 
 
