@@ -5,9 +5,9 @@ one place (docs/ARCHITECTURE.md lists which stage writes which file):
 
     corpus/tools.parquet                   save_tools / load_tools
     graph/domains.json                     load_domains
-    domains/<id>/scenarios.jsonl           load_scenarios, scenario_map
+    domains/<id>/scenarios.jsonl           domain_scenarios, load_scenarios, scenario_map
     rollouts/<run>/trajectories.jsonl      trajectory_files, read_trajectories, load_trajectories
-    reports/contamination.json             contaminated_ids, screening_key, unscreened
+    reports/contamination.json             contamination_report, contaminated_ids, screening_key, unscreened
 
 A bad line of a JSON Lines file is skipped by the loaders (a torn last line after a crash) and
 reported with its file and line by `read_trajectories`, never raised.
@@ -136,12 +136,15 @@ def load_trajectories(ws: Workspace, run_id: str) -> list[Trajectory]:
 
 # --- reports/contamination.json -------------------------------------------------------------------
 
+def contamination_report(ws: Workspace) -> dict[str, Any] | None:
+    """The last contamination check's report (None when none was run)."""
+    path = ws.reports_dir / CONTAMINATION
+    return json.loads(path.read_text("utf-8")) if path.exists() else None
+
+
 def contaminated_ids(ws: Workspace) -> set[str]:
     """Scenario ids flagged by the last contamination check (empty when none was run)."""
-    path = ws.reports_dir / CONTAMINATION
-    if not path.exists():
-        return set()
-    return {f["scenario"] for f in json.loads(path.read_text("utf-8")).get("flags", [])}
+    return {f["scenario"] for f in (contamination_report(ws) or {}).get("flags", [])}
 
 
 def screening_key(scenarios: list[Scenario]) -> str:
@@ -153,10 +156,9 @@ def screening_key(scenarios: list[Scenario]) -> str:
 def unscreened(ws: Workspace) -> str | None:
     """None when reports/contamination.json screened exactly the workspace's current scenarios;
     otherwise why not (never screened, or the scenarios changed since)."""
-    path = ws.reports_dir / CONTAMINATION
-    if not path.exists():
+    report = contamination_report(ws)
+    if report is None:
         return "its scenarios were never screened against the benchmarks' test items"
-    report = json.loads(path.read_text("utf-8"))
     scenarios = load_scenarios(ws)
     if report.get("scenarios_key") != screening_key(scenarios):
         return (f"its scenarios changed since the last contamination check ({report.get('scenarios', '?')} "
