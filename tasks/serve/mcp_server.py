@@ -49,6 +49,8 @@ from tasks.verify.verify import calls_match, state_diff
 
 RESET, STATE_HASH, GOLD_DIFF, SCENARIOS = "episode-reset", "episode-state-hash", "episode-gold-diff", "episode-scenarios"
 MAX_ARGUMENT_BYTES = 1 << 20  # a tool call's arguments as JSON; larger ones are refused before any check
+MAX_SESSIONS = 64  # HTTP sessions at once: each holds a sandbox worker (the SDK's default is 10,000)
+SESSION_IDLE_S = 600.0  # an HTTP session idle this long is closed, and its worker with it
 _SCENARIO_ARG = {"type": "object", "additionalProperties": False,
                  "properties": {"scenario_id": {"type": "string", "description": "A scenario id (episode-scenarios)."}}}
 
@@ -200,8 +202,10 @@ class DomainServer:
             await self.server.run(read, write, self._options())
 
     def http_app(self) -> Starlette:
-        """Streamable HTTP at /mcp, one episode per MCP session (Mcp-Session-Id)."""
-        manager = StreamableHTTPSessionManager(app=self.server, stateless=False)
+        """Streamable HTTP at /mcp, one episode per MCP session (Mcp-Session-Id); at most MAX_SESSIONS,
+        each closed after SESSION_IDLE_S without a request."""
+        manager = StreamableHTTPSessionManager(app=self.server, stateless=False, max_sessions=MAX_SESSIONS,
+                                               session_idle_timeout=SESSION_IDLE_S)
 
         @contextlib.asynccontextmanager
         async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -234,3 +234,13 @@ def test_client_disconnecting_mid_call_leaves_the_server_serving(http_url):
     assert text(got) == "done" and not got.isError
     assert payload(run_http(url, lambda s: s.call_tool("get_user", {"user_id": "u2"})))["name"] == "Alan Turing"
     assert proc.poll() is None
+
+
+def test_serve_says_what_is_wrong_with_its_arguments(tmp_path: Path):
+    missing = subprocess.run([AGENTSCALER, "serve", "nope", "--mcp", "-w", str(tmp_path)],
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 1 and "no finished environment named 'nope'" in missing.stderr
+    assert missing.stdout == ""  # stdout belongs to the protocol
+    no_protocol = subprocess.run([AGENTSCALER, "serve", "nope", "-w", str(tmp_path)],
+                                 capture_output=True, text=True, timeout=300)
+    assert no_protocol.returncode == 2 and "--mcp" in no_protocol.stderr
