@@ -1,7 +1,8 @@
 """The dataset card (README.md) of an exported SFT stage, for the Hugging Face hub.
 
 Written next to the stage's parquet files, its YAML header names them as the `train` and `eval`
-splits, so `datasets.load_dataset(<stage dir>)` reads exactly them (not the `hf/` save_to_disk copy
+splits (those with rows: `datasets` refuses a split with none), so `datasets.load_dataset(<stage dir>)`
+reads exactly them (not the `hf/` save_to_disk copy
 or report.json beside them). The card says what a user of the data needs to know and this
 workspace knows: the splits with rows per origin (agent experience vs gold replay, never mixed), the
 data funnel, what was left out and why, the contamination screening, and the source corpora of
@@ -59,13 +60,15 @@ def dataset_card(ws: Workspace, stage: int, written: dict[str, Any], report: dic
     """The card's text. `written`: write_stage's result for the stage; `report`: the export report."""
     rows, by_origin, tokens = written["rows"], written["rows_by_origin"], written["tokens"]
     total = sum(rows.values())
+    loadable = [s for s in SPLITS if rows.get(s)]  # datasets refuses a split with no rows
+    empty = [s for s in SPLITS if s in rows and not rows[s]]
     header = {"pretty_name": f"agentscaler SFT stage {stage} ({STAGE_TITLES.get(stage, 'domains')})",
               "license": "other", "license_name": "mixed (see Source corpora and licenses)",
               "task_categories": ["text-generation"],
               "tags": ["agents", "tool-use", "function-calling", "synthetic", "agentscaler"],
               "size_categories": [_size_category(total)],
               "configs": [{"config_name": "default",
-                           "data_files": [{"split": s, "path": f"{s}.parquet"} for s in SPLITS if s in rows]}]}
+                           "data_files": [{"split": s, "path": f"{s}.parquet"} for s in loadable]}]}
     lines = ["---", yaml.safe_dump(header, sort_keys=False).rstrip(), "---", "",
              f"# agentscaler SFT data, stage {stage}: {STAGE_TITLES.get(stage, 'domains')}", "",
              "Multi-turn tool-use conversations (OpenAI chat format, one row per conversation or session) "
@@ -74,10 +77,14 @@ def dataset_card(ws: Workspace, stage: int, written: dict[str, Any], report: dic
              "verification by replaying every call from the seed. Only conversations whose replayed final "
              "state equals the scenario's gold state (and whose dialogue passed the checks) are here.", "",
              "```python", "from datasets import load_dataset",
-             "ds = load_dataset(\"path/to/this/folder\")  # DatasetDict: " + ", ".join(s for s in SPLITS if s in rows),
-             "```", "", "## Splits", "",
-             "`eval` is split off by scenario (trials of one scenario never straddle the split). It is not the "
-             "benchmark: held-out scenarios never appear in either split.", ""]
+             "ds = load_dataset(\"path/to/this/folder\")  # DatasetDict: "
+             + (", ".join(loadable) or "none: this stage has no rows"),
+             "```", "", "## Splits", ""]
+    if empty:
+        lines += [f"No rows in {', '.join(empty)}: its parquet file is here, but not in the configs above "
+                  "(`datasets` cannot load a split with no rows).", ""]
+    lines += ["`eval` is split off by scenario (trials of one scenario never straddle the split). It is not the "
+              "benchmark: held-out scenarios never appear in either split.", ""]
     lines += _table(["split", "rows", "agent experience", "gold replay", "tokens"],
                     [[s, rows[s], by_origin.get(s, {}).get("agent", 0), by_origin.get(s, {}).get(GOLD_REPLAY, 0),
                       tokens.get(s, 0)] for s in SPLITS if s in rows])

@@ -42,3 +42,17 @@ def test_card_states_splits_origins_funnel_screening_and_licenses(exported):
     assert f"| unverified | {report['skipped_unverified']} |" in text
     assert "scenarios screened" in text and "tau2 (" in text
     assert "## Source corpora and licenses" in text and "| source | tools | package | version | license |" in text
+
+
+def test_an_empty_split_is_left_out_of_the_configs(exported, tokenizer, tmp_path, monkeypatch):
+    """With no eval rows the card lists only train, and load_dataset still reads the folder."""
+    from tasks.sft.export import export_sft
+
+    ws, _, _ = exported
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    rep = export_sft(ws, tokenizer=tokenizer, max_length=1024, eval_fraction=0.0, out_dir=tmp_path / "sft", stages=(1,))
+    assert rep["stages"]["stage1"]["rows"]["eval"] == 0 and rep["stages"]["stage1"]["rows"]["train"] > 0
+    text = (tmp_path / "sft" / "stage1" / "README.md").read_text()
+    assert "No rows in eval" in text
+    ds = load_dataset(str(tmp_path / "sft" / "stage1"), cache_dir=str(tmp_path / "hf-cache"))
+    assert set(ds) == {"train"} and len(ds["train"]) == rep["stages"]["stage1"]["rows"]["train"]
