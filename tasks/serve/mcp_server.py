@@ -1,7 +1,7 @@
 """`agentscaler serve DOMAIN --mcp`: one domain's environment served to any agent over MCP.
 
 The domain's tools are MCP tools (name, description, the parameters' JSON Schema as inputSchema,
-readOnlyHint for read tools). Three more tools, spelled with hyphens so that no tool of a domain
+readOnlyHint for read tools). Four more tools, spelled with hyphens so that no tool of a domain
 (a Python identifier) can take their name, run the episode and score it:
 
 - `episode-reset {scenario_id?}`: a fresh copy of the seed; with a scenario, its public fields
