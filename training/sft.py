@@ -94,6 +94,9 @@ def weight_fingerprint(model: Any) -> str:
 
 
 PROGRESS = "progress: step {step}/{total}"  # one line per optimizer step; tasks/sft/train.py reads it
+# On CPU one optimizer step can take minutes (many accumulated micro-batches): a line per micro-batch
+# too, so a person sees a working run move before the first step ends.
+MICRO = "progress: step {step}/{total} micro-batch {micro}/{accum}"
 
 
 def _step_timer() -> Any:
@@ -106,8 +109,20 @@ def _step_timer() -> Any:
             self.seconds: list[float] = []
             self._t = 0.0
 
+        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
+            self._micro = 0
+            if state.is_world_process_zero:
+                print(PROGRESS.format(step=state.global_step, total=state.max_steps), flush=True)
+
         def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
             self._t = time.perf_counter()
+            self._micro = 0
+
+        def on_substep_end(self, args, state, control, **kw):  # noqa: ANN001
+            self._micro += 1
+            if state.is_world_process_zero:
+                print(MICRO.format(step=state.global_step, total=state.max_steps, micro=self._micro,
+                                   accum=args.gradient_accumulation_steps), flush=True)
 
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
             self.seconds.append(time.perf_counter() - self._t)
@@ -173,6 +188,9 @@ def sft_args(cfg: StageConfig, out_dir: Path, max_steps: int | None, has_eval: b
         seed=cfg.seed,
         dataloader_num_workers=cfg.dataloader_num_workers,
         report_to=[],
+        # tqdm writes "\r" without a newline, so its bar prefixed our progress lines and the parent,
+        # which reads lines, saw no step until the stage ended: our per-step lines are the progress.
+        disable_tqdm=True,
         # No CUDA: say CPU, so processes started by `accelerate launch --num_processes N` (torchrun)
         # join one gloo process group instead of each training alone.
         use_cpu=not torch.cuda.is_available(),

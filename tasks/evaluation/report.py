@@ -300,8 +300,9 @@ def _eval_section(ev: dict[str, Any], images: dict[str, str], title: str, h: str
 
 
 def _comparison_section(evals: list[tuple[str, dict[str, Any]]], scenarios: list[Scenario],
-                        images: dict[str, str]) -> list[str]:
-    """Before/after: the same table for each evaluation, the scenarios they ran on, then each in detail."""
+                        images: dict[str, str], comparison: dict[str, Any] | None = None) -> list[str]:
+    """Before/after: the same table for each evaluation, their paired comparison with intervals (when the
+    workspace holds one for these two runs), the scenarios they ran on, then each in detail."""
     ks = sorted({int(k) for _, ev in evals for k in ev["pass^k"]["overall"]["pass^k"]})
     rows = [[label, f"`{ev.get('model', '?')}`", ev.get("scenarios"), ev.get("trajectories"), _pct(ev.get("accuracy")),
              *[_pct(ev["pass^k"]["overall"]["pass^k"].get(str(k))) for k in ks], ev.get("wall_s", "-")]
@@ -313,8 +314,10 @@ def _comparison_section(evals: list[tuple[str, dict[str, Any]]], scenarios: list
            "state (no goal check in evaluation).", "",
            _table(["model", "name", "scenarios", "trials", "accuracy", *[f"pass^{k}" for k in ks], "wall s"], rows),
            "", ("Both evaluations ran on the same scenarios." if same else
-                "The evaluations did not run on the same scenarios: compare with care."),
-           "", "### Scenarios used", "",
+                "The evaluations did not run on the same scenarios: compare with care.")]
+    if comparison:
+        out += ["", "### Paired comparison with 95% intervals", "", compare_markdown(comparison, "base", "trained")]
+    out += ["", "### Scenarios used", "",
            _table(["scenario", "domain", "read-only", "gold calls", "intent"],
                   [[f"`{s.id}`", s.domain, s.read_only, len(s.gold_calls), s.intent[:100].replace("|", "/")]
                    for s in scenarios])]
@@ -328,7 +331,7 @@ def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int]
                     contamination: dict[str, Any] | None = None, quality: dict[str, Any] | None = None,
                     runs: list[dict[str, Any]] | None = None,
                     evaluations: list[tuple[str, dict[str, Any]]] | None = None,
-                    scenarios: list[Scenario] | None = None) -> str:
+                    scenarios: list[Scenario] | None = None, comparison: dict[str, Any] | None = None) -> str:
     """The run report as markdown (image links relative to the report folder). `evaluations`
     (label, evaluation report) pairs and the `scenarios` they ran on make the before/after section."""
     images = images or {}
@@ -342,7 +345,7 @@ def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int]
     if quality and quality["domains"]:
         out += quality_markdown(quality)
     if evaluations:
-        out += _comparison_section(evaluations, scenarios or [], images)
+        out += _comparison_section(evaluations, scenarios or [], images, comparison)
     if ev:
         out += _eval_section(ev, images, "Evaluation")
     if bfcl:
@@ -461,14 +464,21 @@ def comparison_path(ws: Workspace, name: str) -> Path:
     return ws.reports_dir / f"comparison-{name}.json"
 
 
-def loop_sections(ws: Workspace, out_dir: Path, images: dict[str, str]) -> str:
+def _comparisons(ws: Workspace) -> list[tuple[str, dict[str, Any]]]:
+    return [(p.stem.removeprefix("comparison-"), json.loads(p.read_text("utf-8")))
+            for p in sorted(ws.reports_dir.glob("comparison-*.json"))]
+
+
+def loop_sections(ws: Workspace, out_dir: Path, images: dict[str, str], shown: dict[str, Any] | None = None) -> str:
     """The report's closing sections, from what the workspace holds: base-vs-trained comparisons
-    (the pipeline's and the demo's), the closed loop (reports/closed_loop.json) with its training
-    curve, and the environment-scaling curve (reports/scaling.json); their PNGs go to `out_dir`."""
+    (the pipeline's and the demo's; `shown`, already in the before/after section, is not repeated),
+    the closed loop (reports/closed_loop.json) with its training curve, and the environment-scaling
+    curve (reports/scaling.json); their PNGs go to `out_dir`."""
     out: list[str] = []
-    for path in sorted(ws.reports_dir.glob("comparison-*.json")):
-        cmp = json.loads(path.read_text("utf-8"))
-        out += [f"## Base vs trained: {path.stem.removeprefix('comparison-')}", "",
+    for name, cmp in _comparisons(ws):
+        if cmp == shown:
+            continue
+        out += [f"## Base vs trained: {name}", "",
                 f"`{cmp.get('base_model')}` vs `{cmp.get('trained_model')}` on the same "
                 f"{cmp['groups']['overall']['scenarios']} held-out scenarios, k = {cmp['k']}.", "",
                 compare_markdown(cmp, "base", "trained")]
@@ -508,9 +518,11 @@ def write_report(ws: Workspace, run_id: str | None = None,
     bfcl = [json.loads(p.read_text("utf-8")) for p in sorted(ws.reports_dir.glob("bfcl-*.json"))]
     cont_path = contamination_path(ws)
     cont = json.loads(cont_path.read_text("utf-8")) if cont_path.exists() else None
+    shown_runs = {e.get("run_id") for _, e in evals}
+    shown = next((c for _, c in _comparisons(ws) if {c.get("base_run"), c.get("trained_run")} <= shown_runs), None)
     md = report_markdown(run_id, counts, sizes, ev, images, bfcl, cont, quality=quality_summary(ws), runs=runs,
-                         evaluations=evals, scenarios=scenarios)
-    md += loop_sections(ws, out_dir, images)
+                         evaluations=evals, scenarios=scenarios, comparison=shown)
+    md += loop_sections(ws, out_dir, images, shown)
     atomic_write_text(out_dir / "report.md", md)
     atomic_write_text(out_dir / "report.html", markdown_to_html(md, f"AgentScaler report {name}"))
     return {"dir": str(out_dir), "markdown": str(out_dir / "report.md"), "html": str(out_dir / "report.html"),

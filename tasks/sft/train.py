@@ -28,7 +28,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ACCELERATE_DIR = REPO_ROOT / "training" / "accelerate"
 
 
-_STEP = re.compile(r"^progress: step (\d+)/(\d+)$")  # training.sft.PROGRESS, one line per optimizer step
+# training.sft.PROGRESS (one line per optimizer step) and MICRO (one per accumulated micro-batch)
+_STEP = re.compile(r"progress: step (\d+)/(\d+)(?: micro-batch (\d+)/(\d+))?$")
 
 
 class TrainingFailed(RuntimeError):
@@ -86,9 +87,9 @@ def train_stage(ws: Workspace, stage: int, config: Path | None = None, max_steps
                 log.write(line)
                 log.flush()
                 tail = (tail + [line.rstrip()])[-40:]
-                if (m := _STEP.match(line.strip())) is not None:
+                if (m := _STEP.search(line.strip())) is not None:  # search: a stray tqdm bar may prefix the line
                     bar.total = int(m[2])
-                    bar.advance(int(m[1]) - bar.done)
+                    bar.advance(int(m[1]) - bar.done, note=f"micro-batch {m[3]}/{m[4]}" if m[3] else "")
                 if on_line is not None:
                     on_line(line.rstrip())
             rc = proc.wait()

@@ -11,7 +11,8 @@ from agentscaler.artifacts import load_scenarios
 from agentscaler.models import GOLD_REPLAY, Trajectory, Verdict
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl
 from tasks.evaluation.evaluate import eval_path, summarize
-from tasks.evaluation.report import funnel, funnel_markdown, funnel_runs, report_markdown, write_report
+from tasks.evaluation.compare import compare
+from tasks.evaluation.report import comparison_path, funnel, funnel_markdown, funnel_runs, report_markdown, write_report
 from tasks.scenarios.build import build_scenarios
 from tests.conftest import load_shop_builder
 
@@ -90,6 +91,23 @@ def test_report_holds_before_and_after_with_the_scenarios(ws: Workspace):
         assert f"| `{s.id}` | shop |" in md
     assert "### before: base model" in md and "### after: trained model" in md
     assert {"passk_0", "passk_1"} <= set(out["images"])
+
+
+def test_report_shows_the_demos_comparison_once(ws: Workspace):
+    """The pipeline writes comparison-pipeline.json for the same two runs the demo's before/after section
+    shows: its intervals go inside that section, and no second "Base vs trained" section repeats it."""
+    _run(ws, "base")
+    _run(ws, "trained")
+    evals = {rid: json.loads(eval_path(ws, rid).read_text()) for rid in ("base", "trained")}
+    atomic_write_json(comparison_path(ws, "pipeline"), compare(evals["base"], evals["trained"]))
+    write_report(ws, None, {"before: base model": "base", "after: trained model": "trained"})
+    md = (ws.reports_dir / "workspace" / "report.md").read_text()
+    assert md.count("### Paired comparison with 95% intervals") == 1 and "## Base vs trained" not in md
+    # a comparison of other runs is still its own section
+    atomic_write_json(comparison_path(ws, "other"), {**compare(evals["base"], evals["trained"]), "base_run": "x"})
+    write_report(ws, None, {"before: base model": "base", "after: trained model": "trained"})
+    md = (ws.reports_dir / "workspace" / "report.md").read_text()
+    assert md.count("## Base vs trained: other") == 1 and "## Base vs trained: pipeline" not in md
 
 
 def test_write_report_with_eval(ws: Workspace):

@@ -16,12 +16,12 @@ from tasks.sft.train import ACCELERATE_DIR, TrainingFailed, train_stage
 pytestmark = pytest.mark.slow
 
 
-def _config(tmp: Path, stage: int) -> Path:
+def _config(tmp: Path, stage: int, accumulation: int = 1) -> Path:
     p = tmp / f"stage{stage}.yaml"
     p.write_text(yaml.safe_dump({
         "stage": stage, "model": "tiny" if stage == 1 else "stage1", "max_length": 1024,
-        "learning_rate": 1e-2, "warmup_ratio": 0.0, "per_device_train_batch_size": 2,
-        "gradient_accumulation_steps": 1, "logging_steps": 1, "save_steps": 1000, "torch_threads": 1}))
+        "learning_rate": 1e-2, "warmup_ratio": 0.0, "per_device_train_batch_size": 2 // accumulation,
+        "gradient_accumulation_steps": accumulation, "logging_steps": 1, "save_steps": 1000, "torch_threads": 1}))
     return p
 
 
@@ -30,8 +30,12 @@ def test_stage1_then_stage2_from_stage1_weights(exported, tmp_path):
 
     ws, _, _ = exported
     lines: list[str] = []
-    r1 = train_stage(ws, 1, config=_config(tmp_path, 1), max_steps=2, on_line=lines.append)
+    r1 = train_stage(ws, 1, config=_config(tmp_path, 1, accumulation=2), max_steps=2, on_line=lines.append)
     assert r1["global_step"] == 2 and len(r1["losses"]) >= 2 and r1["loss_finite"]
+    # progress before the first optimizer step ends: the total at the start, then each micro-batch
+    progress = [ln for ln in lines if ln.startswith("progress:")]
+    assert progress[:2] == ["progress: step 0/2", "progress: step 0/2 micro-batch 1/2"]
+    assert "progress: step 1/2" in progress and progress[-1] == "progress: step 2/2"
     assert all(math.isfinite(x) and x > 0 for x in r1["losses"])
     assert r1["end_fingerprint"] != r1["start_fingerprint"]  # the optimizer moved the weights
     assert any("RESULT" in ln for ln in lines) and "RESULT" in Path(r1["log"]).read_text()
