@@ -804,10 +804,10 @@ def report_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (de
 def serve_cmd(domain: str = typer.Argument(..., help="Domain id, tau2_airline / tau2_retail, or an export-env folder."),
               mcp: bool = typer.Option(False, "--mcp", help="Serve over MCP (required: the one protocol so far)."),
               http: Optional[int] = typer.Option(None, "--http", help="Streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio."),
-              workspace: Optional[Path] = WORKSPACE) -> None:
+              workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Serve a domain's tools to any agent over MCP: one episode per client session, plus
     episode-reset, episode-state-hash, episode-gold-diff and episode-scenarios."""
-    _begin(workspace, True)  # stdout is the protocol's on stdio: no progress display
+    _begin(workspace, True)  # always quiet: on stdio, stdout is the protocol's (--quiet is accepted like everywhere)
     if not mcp:
         console.print("say --mcp: MCP is the one protocol `serve` speaks so far", markup=False)
         raise typer.Exit(2)
