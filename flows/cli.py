@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
+import anyio
 import typer
 from pydantic import ValidationError
 from rich.console import Console
@@ -44,6 +45,8 @@ from tasks.evaluation.report import write_report
 from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
 from tasks.rollouts.engine import run_rollouts
 from tasks.scenarios.build import build_all
+from tasks.serve.export import DomainNotFound, domain_folder, export_env
+from tasks.serve.mcp_server import DomainServer
 from tasks.sft.export import UnscreenedError, export_sft
 from tasks.sft.train import TrainingFailed, train_stage
 from tasks.verify.imports import import_run
@@ -799,6 +802,53 @@ def report_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (de
         emit(out)
         return
     Console().print({k: out[k] for k in ("markdown", "html", "funnel", "has_eval")})
+
+
+# --- environments served outside the package (tasks/serve) ---------------------------------------
+
+@app.command("serve")
+def serve_cmd(domain: str = typer.Argument(..., help="Domain id, tau2_airline / tau2_retail, or an export-env folder."),
+              mcp: bool = typer.Option(False, "--mcp", help="Serve over MCP (required: the one protocol so far)."),
+              http: Optional[int] = typer.Option(None, "--http", help="Streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio."),
+              workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
+    """Serve a domain's tools to any agent over MCP: one episode per client session, plus
+    episode-reset, episode-state-hash, episode-gold-diff and episode-scenarios."""
+    _begin(workspace, True)  # always quiet: on stdio, stdout is the protocol's (--quiet is accepted like everywhere)
+    if not mcp:
+        console.print("say --mcp: MCP is the one protocol `serve` speaks so far", markup=False)
+        raise typer.Exit(2)
+    try:
+        server = DomainServer(domain_folder(Workspace(workspace_path()), domain),
+                              unsafe=Settings.from_env().allow_unsafe_sandbox)
+    except (DomainNotFound, OSError, ValueError) as exc:
+        console.print(str(exc), markup=False)
+        raise typer.Exit(1)
+    if http is None:
+        anyio.run(server.serve_stdio)
+    else:
+        console.print(f"serving {server.spec.id} ({len(server.spec.tools)} tools) on http://127.0.0.1:{http}/mcp",
+                      markup=False)
+        server.serve_http(http)
+
+
+@app.command("export-env")
+def export_env_cmd(domain: str = typer.Argument(..., help="Domain id, tau2_airline / tau2_retail, or an environment folder."),
+                   out: Path = typer.Option(..., "--out", help="A new or empty folder."),
+                   as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                   workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
+    """Write a standalone copy of an environment (spec, models.py, tools.py, seed.sqlite, scenarios,
+    README, run.py) that `Environment.open(DIR)` and `agentscaler serve DIR --mcp` load."""
+    _begin(workspace, quiet)
+    try:
+        res = export_env(Workspace(workspace_path()), domain, out)
+    except (DomainNotFound, FileExistsError) as exc:
+        console.print(str(exc), markup=False)
+        raise typer.Exit(1)
+    if as_json:
+        emit(res)
+        return
+    console.print(f"exported {res['domain']} ({res['tools']} tools, {res['scenarios']} scenarios) to {res['out']}",
+                  markup=False)
 
 
 # --- the local LLM server (agentscaler.llm_server) ------------------------------------------------

@@ -30,7 +30,9 @@ Why each step:
 
 Stage 1 = general domains, stage 2 = target verticals (`tau2-*` or a given list).
 Layout: `<ws>/sft/stage{1,2}/{train,eval}.parquet`, `<ws>/sft/stage{1,2}/hf/` (DatasetDict via
-`save_to_disk`), `<ws>/sft/stage{1,2}/report.json`, and `<ws>/sft/report.json` for the run.
+`save_to_disk`), `<ws>/sft/stage{1,2}/report.json`, `<ws>/sft/stage{1,2}/README.md` (the dataset
+card, tasks/sft/card.py: `datasets.load_dataset(<stage dir>)` reads the two parquet splits), and
+`<ws>/sft/report.json` for the run.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from agentscaler.artifacts import contaminated_ids, load_scenarios, read_traject
 from agentscaler.hashing import content_hash
 from agentscaler.models import ORIGINS, Trajectory
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
+from tasks.sft.card import write_card
 from training.config import default_config_path, load_config
 from training.gguf_convert import load_tokenizer
 
@@ -399,8 +402,9 @@ def export_sft(ws: Workspace, tokenizer: Any | None = None, stages: tuple[int, .
                                 exclude_scenarios=excluded_scenarios(ws), domains=domains,
                                 session_length=min(session_length, max_length) if session_length else None)
     result = {**report, "stages": {}}
-    for s in stages:
-        res = write_stage(base / f"stage{s}", splits[s], report)
+    written = {s: write_stage(base / f"stage{s}", splits[s], report) for s in stages}
+    for s, res in written.items():  # after every stage is on disk: the cards' funnel counts them all
+        write_card(ws, base / f"stage{s}", s, res, report, {r["domain"] for v in splits[s].values() for r in v})
         result["stages"][f"stage{s}"] = {"dir": str(base / f"stage{s}"), "rows": res["rows"],
                                          "rows_by_origin": res["rows_by_origin"],
                                          "tokens": res["tokens"], "skipped": res["skipped"]}

