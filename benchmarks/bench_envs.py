@@ -1,6 +1,8 @@
 """Environment runtime figures: sandboxed call, reset, state hash, diff (medians, p99, ratios).
 
-    .venv/bin/python benchmarks/bench_envs.py [--n 2000] [--no-tau2]
+    .venv/bin/python benchmarks/bench_envs.py [--quick] [--n 2000] [--no-tau2]
+
+Writes benchmarks/results/envs.{json,md} (benchmarks/results_io.py).
 
 Domains: the shop fixture, and tau2 airline when envs/tau2/build.py and the tau2 corpus are there.
 `reset` is a reset with no call since the last one; `reset/c` one after a call (a fresh sandbox
@@ -31,6 +33,7 @@ from envs import store  # noqa: E402
 from envs.episode import Environment  # noqa: E402
 from envs.spec import DomainSpec  # noqa: E402
 from envs.toolkit import DB, guard_connection  # noqa: E402
+from benchmarks.results_io import Anchor, Figure, Recorder  # noqa: E402
 
 # Quoted only when tau2 cannot run here: DESIGN.md's figures for tau2 on these machines.
 TAU2_QUOTED = {"airline": {"call_us": 73.0, "hash_ms": 109.0, "reset_ms": 227.0}}
@@ -147,47 +150,78 @@ def bench_domain(label: str, domain: Path, read: tuple[str, dict], write: tuple[
     return r
 
 
+def figures(rec: Recorder, r: dict, quick: bool) -> None:
+    """One domain's rows: our sandboxed call beside the same code in-process (measured, same run),
+    and, for tau2's verticals, beside tau2's own figures (measured in this run, else quoted)."""
+    work = f"fixture: {r['domain']} ({'quick: ' if quick else ''}one read call repeated; warm caches)"
+    inproc = Anchor(value=round(r["inproc_med_us"], 1), unit="us", kind="measured",
+                    source="the same tool code in-process, unsandboxed, same run")
+    rec.figures.append(Figure(name=f"sandboxed read call, {r['domain']}", value=round(r["call_med_us"], 1), unit="us",
+                              workload=work, median=round(r["call_med_us"], 1), p99=round(r["call_p99_us"], 1),
+                              anchor=inproc, ratio_to_anchor=round(r["call_med_us"] / r["inproc_med_us"], 3)))
+    rec.figures.append(Figure(name=f"reset after a call (fresh sandbox child), {r['domain']}",
+                              value=round(r["reset_after_call_med_ms"], 3), unit="ms", workload=work,
+                              median=round(r["reset_after_call_med_ms"], 3)))
+    rec.figures.append(Figure(name=f"environment open, {r['domain']}", value=round(r["open_ms"], 1), unit="ms",
+                              workload=work, median=round(r["open_ms"], 1)))
+    domain = r["domain"].removeprefix("tau2-")
+    if domain not in TAU2_QUOTED:
+        return
+    ref, label = tau2_anchor(domain)
+    kind = "measured" if label.startswith("tau2 measured") else "quoted"
+    # like with like: our full hash from scratch vs tau2's (always full) hash; the episode boundary
+    # (a reset after a call) vs tau2's fresh environment
+    rec.figures.append(Figure(name=f"full state hash vs tau2's DB hash, {domain}", value=round(r["hash_inproc_med_ms"], 3),
+                              unit="ms", workload=work, median=round(r["hash_inproc_med_ms"], 3),
+                              anchor=Anchor(value=ref["hash_ms"], unit="ms", kind=kind, source=label),
+                              ratio_to_anchor=round(r["hash_inproc_med_ms"] / ref["hash_ms"], 4)))
+    rec.figures.append(Figure(name=f"reset after a call vs tau2's fresh environment, {domain}",
+                              value=round(r["reset_after_call_med_ms"], 3), unit="ms", workload=work,
+                              anchor=Anchor(value=ref["reset_ms"], unit="ms", kind=kind, source=label),
+                              ratio_to_anchor=round(r["reset_after_call_med_ms"] / ref["reset_ms"], 5)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--n", type=int, default=None, help="timed calls per figure (default 2000; --quick 300)")
     ap.add_argument("--no-tau2", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="fewer timed calls (bounded run for make bench)")
     a = ap.parse_args()
+    n = a.n or (300 if a.quick else 2000)
     from build import build_shop
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-envs-"))
-    rows = [bench_domain("shop", build_shop(tmp / "shop"), ("get_user", {"user_id": "u1"}),
-                         ("place_order", {"user_id": "u1", "product_id": "p1", "quantity": 1}), a.n)]
-    if not a.no_tau2:
-        try:
-            from envs.tau2.build import build_tau2_domain
+    with Recorder("envs") as rec:
+        rec.layers = ["sandbox worker process (namespaces, seccomp, rlimits)", "fresh child per episode",
+                      "argument schema check", "SQLite authorizer"]
+        rows = [bench_domain("shop", build_shop(tmp / "shop"), ("get_user", {"user_id": "u1"}),
+                             ("place_order", {"user_id": "u1", "product_id": "p1", "quantity": 1}), n)]
+        if not a.no_tau2:
+            try:
+                from envs.tau2.build import build_tau2_domain
 
-            build_tau2_domain("airline", tmp / "airline")
-            rows.append(bench_domain("tau2-airline", tmp / "airline",
-                                     ("get_user_details", {"user_id": "chen_jackson_3290"}),
-                                     ("update_reservation_baggages", {"reservation_id": "4WQ150", "total_baggages": 4,
-                                                                      "nonfree_baggages": 1,
-                                                                      "payment_id": "gift_card_3576581"}), a.n))
-        except Exception as exc:  # noqa: BLE001 - report and go on with what ran
-            print(f"tau2 airline skipped: {type(exc).__name__}: {exc}")
-    print(json.dumps(rows, indent=1))
-    print()
-    print(f"{'domain':14} {'call med':>9} {'p99':>8} {'in-proc':>8} {'ratio':>6} {'batch/call':>10} "
-          f"{'reset':>8} {'reset/c':>8} {'1st call':>9} {'hash':>8} {'hash/w':>8} {'full':>8} {'diff':>8} {'open':>7}")
+                build_tau2_domain("airline", tmp / "airline")
+                rows.append(bench_domain("tau2-airline", tmp / "airline",
+                                         ("get_user_details", {"user_id": "chen_jackson_3290"}),
+                                         ("update_reservation_baggages", {"reservation_id": "4WQ150", "total_baggages": 4,
+                                                                          "nonfree_baggages": 1,
+                                                                          "payment_id": "gift_card_3576581"}), n))
+            except Exception as exc:  # noqa: BLE001 - report and go on with what ran
+                rec.notes.append(f"tau2 airline skipped: {type(exc).__name__}: {exc}")
+        for r in rows:
+            figures(rec, r, a.quick)
+    head = ["domain", "call med us", "p99 us", "in-proc us", "ratio", "batch/call us", "reset ms", "reset/c ms",
+            "1st call us", "hash ms", "hash/w ms", "full ms", "diff ms", "open ms"]
+    keys = ["call_med_us", "call_p99_us", "inproc_med_us", None, "batch_per_call_us", "reset_med_ms",
+            "reset_after_call_med_ms", "first_call_med_us", "hash_med_ms", "hash_after_write_med_ms",
+            "hash_inproc_med_ms", "diff_after_write_med_ms", "open_ms"]
+    md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        print(f"{r['domain']:14} {r['call_med_us']:7.0f}us {r['call_p99_us']:6.0f}us {r['inproc_med_us']:6.0f}us "
-              f"{r['call_med_us'] / r['inproc_med_us']:5.2f}x {r['batch_per_call_us']:8.0f}us "
-              f"{r['reset_med_ms']:6.2f}ms {r['reset_after_call_med_ms']:6.2f}ms {r['first_call_med_us']:7.0f}us "
-              f"{r['hash_med_ms']:6.2f}ms {r['hash_after_write_med_ms']:6.2f}ms "
-              f"{r['hash_inproc_med_ms']:6.2f}ms {r['diff_after_write_med_ms']:6.2f}ms "
-              f"{r['open_ms']:5.0f}ms")
-        domain = r["domain"].removeprefix("tau2-")
-        if domain in TAU2_QUOTED:
-            ref, label = tau2_anchor(domain)
-            # like with like: our full hash from scratch vs tau2's (always full) hash; the episode boundary
-            # (a reset after a call) vs tau2's fresh environment
-            print(f"  vs {label}: call {r['call_med_us'] / ref['call_us']:.2f}x of {ref['call_us']:.0f}us, full hash "
-                  f"{r['hash_inproc_med_ms'] / ref['hash_ms']:.3f}x of {ref['hash_ms']:.0f}ms, reset after a call "
-                  f"{r['reset_after_call_med_ms'] / ref['reset_ms']:.4f}x of {ref['reset_ms']:.0f}ms")
+        vals = [f"{r['call_med_us'] / r['inproc_med_us']:.2f}x" if k is None else f"{r[k]:.3g}" for k in keys]
+        md.append("| " + " | ".join([r["domain"], *vals]) + " |")
+    md += ["", "Anchors (tau2's figures: measured in this run when tau2 runs here, else quoted from DESIGN.md) are in "
+           "envs.json's figures.", *[f"- {x}" for x in rec.notes]]
+    print(rec.write("\n".join(md)))
 
 
 if __name__ == "__main__":
