@@ -21,7 +21,7 @@ LLAMA_WHEELS := $(HOME)/.cache/agentscaler/llama-cpp-$(LLAMA_CPP_VERSION)-$(shel
 .PHONY: install sysdeps llama demo test bench smoke clean
 
 $(STAMP): pyproject.toml
-	@command -v bwrap >/dev/null 2>&1 || $(MAKE) sysdeps
+	@{ command -v bwrap && ls /usr/lib/postgresql/*/bin/pg_ctl; } >/dev/null 2>&1 || $(MAKE) sysdeps
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip wheel
 	# torch pinned to the CPU build on disk; everything else from PyPI.
@@ -49,6 +49,8 @@ sysdeps:
 	(apt-get update -qq && apt-get install -y -qq bubblewrap) || echo "warning: could not install bubblewrap"
 	# docker-compose: `compose config` checks docker-compose.yml in tests/deployments (no engine needed).
 	apt-get install -y -qq docker-compose || echo "warning: could not install docker-compose"
+	# postgresql: the catalog-on-a-server test starts its own cluster in a temporary folder (no service).
+	apt-get install -y -qq postgresql || echo "warning: could not install postgresql"
 
 demo: install
 	$(BIN)/agentscaler --workspace workspace demo
