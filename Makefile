@@ -50,7 +50,7 @@ sysdeps:
 	# docker-compose: `compose config` checks docker-compose.yml in tests/deployments (no engine needed).
 	apt-get install -y -qq docker-compose || echo "warning: could not install docker-compose"
 	# postgresql: the catalog-on-a-server test starts its own cluster in a temporary folder (no service).
-	apt-get install -y -qq postgresql || echo "warning: could not install postgresql"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql || echo "warning: could not install postgresql"
 
 demo: install
 	$(BIN)/agentscaler --workspace workspace demo
