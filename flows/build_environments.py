@@ -36,8 +36,8 @@ from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from envs.spec import DomainSpec
 from flows.build_worker import RETRY_DELAYS_S, build_batch, build_one
-from flows.common import (batch_outcome, batches, cell, fan_out, failed_text, failure_lines, publish_markdown,
-                          run_batch_deployments, run_record)
+from flows.common import (batch_outcome, batches, cell, fail_unfinished, fan_out, failed_text, failure_lines,
+                          publish_markdown, run_batch_deployments, run_record)
 from tasks.environments.rules import readable_name
 from tasks.environments.synthesize import domain_tools, load_domain_records
 from tasks.evaluation.report import funnel, funnel_markdown
@@ -100,13 +100,8 @@ def _pooled(ws: Workspace, ids: list[str], processes: int, **kwargs: Any) -> tup
 def _lost(ws: Workspace, part: list[str], f: dict[str, Any], failures: dict[str, Any], state: Any) -> None:
     """A batch whose process died or never ran: each of its domains not finished is failed, in the
     summary (infrastructure's fault) and in the catalog (so retry-failed finds it, never "running")."""
-    catalog = Catalog(ws.catalog_path)
-    for d in part:
-        st = {s: (catalog.stage_status(d, s) or {}).get("status") for s in BUILD_STAGES}
-        if all(v == "done" for v in st.values()):
-            continue
-        stage = next(s for s in BUILD_STAGES if st[s] != "done")
-        catalog.mark(d, stage, "failed", error=f"batch {state.type if state else '?'}: {f['type']}: {f['message']}"[:500])
+    reason = f"batch {state.type if state else '?'}: {f['type']}: {f['message']}"[:500]
+    for d, stage in fail_unfinished(Catalog(ws.catalog_path), part, BUILD_STAGES, reason).items():
         failures[d] = {**f, "stage": stage, "kind": "infrastructure"}
 
 

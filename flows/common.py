@@ -158,13 +158,22 @@ def run_batch_deployments(deployment: str, parts: list[list[str]], params: dict[
                 continue
             reason = (f"batch run {run.name} of {deployment} ended {run.state.name if run.state else 'without a state'}"
                       f": {(run.state.message if run.state else '') or ''}")[:500]
-            for domain in part:
-                status = {st: (catalog.stage_status(domain, st) or {}).get("status") for st in stages}
-                undone = [st for st in stages if status[st] != "done"]
-                if undone:
-                    catalog.mark(domain, undone[0], "failed", error=reason)
-                    errors[domain] = reason
+            for domain in fail_unfinished(catalog, part, stages, reason):
+                errors[domain] = reason
     return errors
+
+
+def fail_unfinished(catalog: Catalog, part: list[str], stages: tuple[str, ...], reason: str) -> dict[str, str]:
+    """A batch that died or never ran: each of its domains with a stage not done is marked failed
+    at that stage with `reason` (never left "running"; retry-failed finds it). {domain: stage}."""
+    marked: dict[str, str] = {}
+    for domain in part:
+        status = {st: (catalog.stage_status(domain, st) or {}).get("status") for st in stages}
+        undone = [st for st in stages if status[st] != "done"]
+        if undone:
+            catalog.mark(domain, undone[0], "failed", error=reason)
+            marked[domain] = undone[0]
+    return marked
 
 
 def batch_outcome(catalog: Catalog, ids: list[str], stages: tuple[str, ...],
