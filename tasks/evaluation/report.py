@@ -22,7 +22,8 @@ from typing import Any
 import markdown
 import pyarrow.parquet as pq
 
-from agentscaler.artifacts import load_domains, load_scenarios, read_trajectories, trajectory_files
+from agentscaler.artifacts import (contamination_report, load_domains, load_scenarios, read_trajectories,
+                                   trajectory_files)
 from agentscaler.models import GOLD_REPLAY, Scenario, Trajectory
 from agentscaler.plots import pyplot, save_png
 from agentscaler.workspace import Workspace, atomic_write_text
@@ -31,7 +32,6 @@ from tasks.environments.quality import quality_summary
 from tasks.evaluation.compare import interval_text as _interval
 from tasks.evaluation.compare import markdown as compare_markdown
 from tasks.evaluation.compare import points as _points
-from tasks.evaluation.contamination import contamination_path
 from tasks.evaluation.evaluate import eval_path
 from tasks.rollouts.conversation import sampling_temperature
 
@@ -525,8 +525,7 @@ def write_report(ws: Workspace, run_id: str | None = None,
     used = sorted({sid for _, e in evals for sid in e.get("scenario_ids") or []})
     scenarios = [s for s in load_scenarios(ws) if s.id in set(used)] if used else []
     bfcl = [json.loads(p.read_text("utf-8")) for p in sorted(ws.reports_dir.glob("bfcl-*.json"))]
-    cont_path = contamination_path(ws)
-    cont = json.loads(cont_path.read_text("utf-8")) if cont_path.exists() else None
+    cont = contamination_report(ws)
     shown_runs = {e.get("run_id") for _, e in evals}
     shown = next((c for _, c in _comparisons(ws) if {c.get("base_run"), c.get("trained_run")} <= shown_runs), None)
     md = report_markdown(run_id, counts, sizes, ev, images, bfcl, cont, quality=quality_summary(ws), runs=runs,
