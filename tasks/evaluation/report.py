@@ -129,7 +129,7 @@ def funnel_markdown(counts: dict[str, int], runs: list[dict[str, Any]] | None = 
         split = f"{key}_agent" in counts
         rows.append([key, counts.get(key, 0), counts.get(f"{key}_agent", "") if split else "",
                      counts.get(f"{key}_gold_replay", "") if split else ""])
-    out = [_table(["stage", "total", "agent", "gold replay"], rows)]
+    out = [markdown_table(["stage", "total", "agent", "gold replay"], rows)]
     if counts.get("reads_shared") or counts.get("writes_unobservable_in_corpus"):
         out += ["", f"Discovery shared {counts.get('reads_shared', 0)} reads with the domains whose writes they "
                     f"show; {counts.get('writes_unobservable_in_corpus', 0)} writes change what no read of the "
@@ -138,7 +138,7 @@ def funnel_markdown(counts: dict[str, int], runs: list[dict[str, Any]] | None = 
         out += ["", f"Evaluation runs (not training data, not in the chain above): "
                     f"{counts['evaluation_trajectories']} trajectories, {counts['evaluation_passed']} passed."]
     if runs:
-        out += ["", _table(["run", "kind", "trajectories", "agent", "gold replay", "passed"],
+        out += ["", markdown_table(["run", "kind", "trajectories", "agent", "gold replay", "passed"],
                            [[f"`{r['run']}`", r["kind"], r["trajectories"], r["agent"], r["gold_replay"], r["passed"]]
                             for r in sorted(runs, key=lambda r: (RUN_KINDS.index(r["kind"]), r["run"]))])]
     return "\n".join(out)
@@ -244,7 +244,8 @@ def plot_domain_sizes(sizes: list[int], path: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------------- markdown
-def _table(header: list[str], rows: list[list[Any]]) -> str:
+def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    """A markdown table (the report's, the dataset card's)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
@@ -261,7 +262,7 @@ def quality_markdown(q: dict[str, Any], worst: int = 10) -> list[str]:
            f"{p['domains']} synthesized domains, {p['tools']} tools ({p['merged']} near-duplicate tools merged as "
            f"aliases); scenario kinds {p['kinds']}; tools given a documented default (bad input), by reason: "
            f"{p.get('bad_input') or 'none'}.", "",
-           _table(["metric", "value", "aim"],
+           markdown_table(["metric", "value", "aim"],
                   [["id coherence (id parameters that resolve to a seed row or a created id)", _pct(p["id_coherence"]),
                     ">= 95%"],
                    ["write observability (writes whose effect some read shows)", _pct(p["write_observability"]), ">= 95%"],
@@ -276,7 +277,7 @@ def quality_markdown(q: dict[str, Any], worst: int = 10) -> list[str]:
                        and d[key] < 0.9999], key=lambda d: (d[key], d["domain"]))[:worst]
         if rows:
             out += ["", f"Worst domains by {label}:", "",
-                    _table(["domain", "name", label], [[d["domain"], d["name"], _pct(d[key])] for d in rows])]
+                    markdown_table(["domain", "name", label], [[d["domain"], d["name"], _pct(d[key])] for d in rows])]
     return out
 
 
@@ -290,17 +291,17 @@ def _eval_section(ev: dict[str, Any], images: dict[str, str], title: str, h: str
            f"model `{ev.get('model', '?')}`, suite {ev.get('suite', '?')}, split {ev.get('split', '?')}, "
            f"k = {ev.get('k')}; {ev.get('trajectories')} trajectories, accuracy {_pct(ev.get('accuracy'))}; "
            f"{block.get('excluded', 0)} trials failed by the user simulator or the environment left out of pass^k.",
-           "", _table(["domain", "scenarios", "trials", *[f"pass^{k}" for k in ks]], rows)]
+           "", markdown_table(["domain", "scenarios", "trials", *[f"pass^{k}" for k in ks]], rows)]
     if "passk" + suffix in images:
         out += ["", f"![pass^k]({images['passk' + suffix]})"]
     by = block["by_gold_calls"]
     out += ["", f"{h}# Accuracy by number of gold tool calls", "",
-            _table(["gold calls", "trials", "accuracy"], [[n, by[n]["trials"], _pct(by[n]["accuracy"])]
+            markdown_table(["gold calls", "trials", "accuracy"], [[n, by[n]["trials"], _pct(by[n]["accuracy"])]
                                                           for n in sorted(by, key=int)])]
     if "by_calls" + suffix in images:
         out += ["", f"![accuracy vs calls]({images['by_calls' + suffix]})"]
-    out += ["", f"{h}# Failures", "", _table(["attribution", "trials"], sorted((ev.get("attribution") or {}).items())),
-            "", _table(["reason", "trials"], sorted((ev.get("reasons") or {}).items(), key=lambda kv: -kv[1]))]
+    out += ["", f"{h}# Failures", "", markdown_table(["attribution", "trials"], sorted((ev.get("attribution") or {}).items())),
+            "", markdown_table(["reason", "trials"], sorted((ev.get("reasons") or {}).items(), key=lambda kv: -kv[1]))]
     agr = ev.get("tau2_agreement")
     if agr:
         out += ["", f"tau2's own evaluator agrees with our DB verdict on {agr['agree']} of {agr['cases']} "
@@ -321,13 +322,13 @@ def _comparison_section(evals: list[tuple[str, dict[str, Any]]], scenarios: list
     out = ["", "## Evaluation: before and after", "",
            "Each model on the same held-out scenarios, k trials each; the simulated user never sees the gold "
            "state (no goal check in evaluation).", "",
-           _table(["model", "name", "scenarios", "trials", "accuracy", *[f"pass^{k}" for k in ks], "wall s"], rows),
+           markdown_table(["model", "name", "scenarios", "trials", "accuracy", *[f"pass^{k}" for k in ks], "wall s"], rows),
            "", ("Both evaluations ran on the same scenarios." if same else
                 "The evaluations did not run on the same scenarios: compare with care.")]
     if comparison:
         out += ["", "### Paired comparison with 95% intervals", "", compare_markdown(comparison, "base", "trained")]
     out += ["", "### Scenarios used", "",
-           _table(["scenario", "domain", "read-only", "gold calls", "intent"],
+           markdown_table(["scenario", "domain", "read-only", "gold calls", "intent"],
                   [[f"`{s.id}`", s.domain, s.read_only, len(s.gold_calls), s.intent[:100].replace("|", "/")]
                    for s in scenarios])]
     for i, (label, ev) in enumerate(evals):
@@ -359,7 +360,7 @@ def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int]
         out += _eval_section(ev, images, "Evaluation")
     if bfcl:
         out += ["", "## BFCL (AST matcher)", "",
-                _table(["category", "model", "tool choice", "items", "accuracy"],
+                markdown_table(["category", "model", "tool choice", "items", "accuracy"],
                        [[b.get("category"), b.get("model"), b.get("tool_choice", "auto"), b.get("items"),
                          _pct(b.get("accuracy"))] for b in bfcl])]
     if contamination:

@@ -22,7 +22,7 @@ from agentscaler.corpora import CORPORA, corpus_license
 from agentscaler.models import GOLD_REPLAY
 from agentscaler.workspace import Workspace, atomic_write_text
 from envs.spec import DomainSpec
-from tasks.evaluation.report import funnel, funnel_markdown, funnel_runs
+from tasks.evaluation.report import funnel, funnel_markdown, funnel_runs, markdown_table
 
 SPLITS = ("train", "eval")
 STAGE_TITLES = {1: "general domains", 2: "target verticals"}
@@ -33,11 +33,6 @@ def _size_category(n: int) -> str:
         if n < limit:
             return label
     return "n>1M"
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *["| " + " | ".join(str(c) for c in r) + " |" for r in rows]]
 
 
 def tool_sources(ws: Workspace, domains: set[str]) -> Counter:
@@ -85,9 +80,10 @@ def dataset_card(ws: Workspace, stage: int, written: dict[str, Any], report: dic
                   "(`datasets` cannot load a split with no rows).", ""]
     lines += ["`eval` is split off by scenario (trials of one scenario never straddle the split). It is not the "
               "benchmark: held-out scenarios never appear in either split.", ""]
-    lines += _table(["split", "rows", "agent experience", "gold replay", "tokens"],
-                    [[s, rows[s], by_origin.get(s, {}).get("agent", 0), by_origin.get(s, {}).get(GOLD_REPLAY, 0),
-                      tokens.get(s, 0)] for s in SPLITS if s in rows])
+    lines.append(markdown_table(["split", "rows", "agent experience", "gold replay", "tokens"],
+                                [[s, rows[s], by_origin.get(s, {}).get("agent", 0),
+                                  by_origin.get(s, {}).get(GOLD_REPLAY, 0), tokens.get(s, 0)]
+                                 for s in SPLITS if s in rows]))
     lines += ["", "## Origins", "",
               f"Every row has `origin`: `agent` (a model's own conversation, verified) or `{GOLD_REPLAY}` (a "
               "demonstration replayed from the scenario's gold calls), and `agent_model` (the model's name, or "
@@ -95,7 +91,7 @@ def dataset_card(ws: Workspace, stage: int, written: dict[str, Any], report: dic
               "", "## Funnel (the whole workspace this was exported from)", "",
               funnel_markdown(funnel(ws), funnel_runs(ws)), "", "## Left out", ""]
     dropped = {"unverified": report.get("skipped_unverified", 0), **report.get("dropped", {})}
-    lines += _table(["reason", "conversations"], [[k, v] for k, v in dropped.items()])
+    lines.append(markdown_table(["reason", "conversations"], [[k, v] for k, v in dropped.items()]))
     lines += ["", "`heldout_scenario`: trajectories of held-out (evaluation) scenarios; `contaminated`: of "
               "scenarios flagged by the contamination screening below.", "", "## Contamination screening", ""]
     screen = contamination_report(ws)
@@ -110,7 +106,7 @@ def dataset_card(ws: Workspace, stage: int, written: dict[str, Any], report: dic
                   f"screened, {screen.get('flagged', 0)} flagged ({screen.get('flagged_train', 0)} of them train "
                   f"scenarios). Flagged scenarios' conversations are left out.", ""]
         if screen.get("by_kind"):
-            lines += _table(["source:kind", "flagged"], [[k, v] for k, v in sorted(screen["by_kind"].items())])
+            lines.append(markdown_table(["source:kind", "flagged"], sorted(screen["by_kind"].items())))
     sources = tool_sources(ws, domains)
     lines += ["", "## Source corpora and licenses", "",
               f"The tools of this stage's {len(domains)} domains come from these corpora (schemas and "
@@ -120,7 +116,7 @@ def dataset_card(ws: Workspace, stage: int, written: dict[str, Any], report: dic
     for src, n in sorted(sources.items()):
         lic = corpus_license(src) if src in CORPORA else {"package": "local files", "version": "", "license": "their authors'"}
         table.append([src, n, lic["package"], lic["version"] or "not fetched", lic["license"] or "unknown"])
-    lines += _table(["source", "tools", "package", "version", "license"], table)
+    lines.append(markdown_table(["source", "tools", "package", "version", "license"], table))
     lines += ["", "## Columns", "",
               "`messages` (role, content, tool_calls, tool_call_id, name), `tools` (the offered tools' JSON "
               "schemas as a JSON string), `id`, `trajectory_id` / `trajectory_ids`, `scenario_id`, `domain`, "
