@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from results_io import Anchor, Figure, Recorder  # noqa: E402
+from results_io import Anchor, Figure, Recorder, p99  # noqa: E402
 
 VERBS = ["get", "list", "create", "update", "delete", "search", "cancel", "book", "check", "set"]
 
@@ -132,12 +132,6 @@ def bench(n: int, emb: str, repeats: int) -> dict:
             "skip_s": round(med(skip), 2), "peak_rss_mib": round(max(rss)),
             "cold_p99_s": round(p99(cold), 2), "skip_p99_s": round(p99(skip), 2), "repeats": repeats,
             "cold_parts": {k: round(med(p[k] for p in parts), 2) for k in parts[0]}, "edges": edges, **q}
-
-
-def p99(xs: list[float]) -> float:
-    """The 99th percentile (the largest of fewer than 100 samples)."""
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(0.99 * len(xs)))]
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from envs import store  # noqa: E402
 from envs.episode import Environment  # noqa: E402
 from envs.spec import DomainSpec  # noqa: E402
 from envs.toolkit import DB, guard_connection  # noqa: E402
-from benchmarks.results_io import Anchor, Figure, Recorder  # noqa: E402
+from benchmarks.results_io import Anchor, Figure, Recorder, p99  # noqa: E402
 
 # Quoted only when tau2 cannot run here: DESIGN.md's figures for tau2 on these machines.
 TAU2_QUOTED = {"airline": {"call_us": 73.0, "hash_ms": 109.0, "reset_ms": 227.0}}
@@ -63,10 +63,6 @@ def _times(fn, n: int) -> list[float]:
 
 def med(ts: list[float]) -> float:
     return statistics.median(ts)
-
-
-def p99(ts: list[float]) -> float:
-    return ts[min(len(ts) - 1, int(len(ts) * 0.99))]
 
 
 def in_process_call(domain: Path, name: str, args: dict) -> list[float]:

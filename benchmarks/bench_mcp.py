@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "data" / "domains" / "shop"))
 
-from benchmarks.results_io import Anchor, Figure, Recorder  # noqa: E402
+from benchmarks.results_io import Anchor, Figure, Recorder, p99  # noqa: E402
 from envs.episode import Environment  # noqa: E402
 
 AGENTSCALER = str(Path(sys.executable).parent / "agentscaler")
@@ -46,9 +46,6 @@ def med(ts: list[float]) -> float:
     return statistics.median(ts)
 
 
-def p99(ts: list[float]) -> float:
-    s = sorted(ts)
-    return s[min(len(s) - 1, int(len(s) * 0.99))]
 
 
 def direct(domain: Path, name: str, args: dict, n: int) -> tuple[list[float], dict[str, bool]]:

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agentscaler.workspace import Workspace  # noqa: E402
-from benchmarks.results_io import Figure, Recorder  # noqa: E402
+from benchmarks.results_io import Figure, Recorder, percentile  # noqa: E402
 from envs.episode import Environment  # noqa: E402
 from envs.spec import DomainSpec  # noqa: E402
 from tasks.scenarios.build import generate  # noqa: E402
@@ -34,11 +34,6 @@ from tasks.scenarios.config import ScenarioParams  # noqa: E402
 from tests.data.domains.shop.build import build_shop  # noqa: E402
 
 AIM = ">= 200 scenarios/s"
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def real_workspace(arg: str | None) -> Path:
@@ -86,9 +81,9 @@ def bench_real(ws_path: Path, n_domains: int, per_domain: int, unsafe: bool) -> 
     return {"workspace_domains": len(ids), "domains": len(sample), "failed": failed, "scenarios": made,
             "tools": tools, "wall_s": wall, "open_s": sum(opens), "generate_s": sum(gens),
             "open_median_ms": statistics.median(opens) * 1e3 if opens else None,
-            "open_p99_ms": pct(opens, 0.99) * 1e3 if opens else None,
+            "open_p99_ms": percentile(opens, 0.99) * 1e3 if opens else None,
             "ms_per_scenario_median": statistics.median(per_scen) if per_scen else None,
-            "ms_per_scenario_p99": pct(per_scen, 0.99) if per_scen else None,
+            "ms_per_scenario_p99": percentile(per_scen, 0.99) if per_scen else None,
             "rate_with_open": made / wall if wall else 0.0, "rate_without_open": made / sum(gens) if gens else 0.0,
             "dropped": dict(dropped)}
 
@@ -108,7 +103,7 @@ def bench_fixture(repeats: int, per_domain: int, unsafe: bool) -> dict:
                     rates[mode].append(len(scen) / (time.perf_counter() - t0))
         finally:
             env.close()
-    return {k: (statistics.median(v), pct(v, 0.99)) for k, v in rates.items()} | {"last": rep, "scenarios": scen}
+    return {k: (statistics.median(v), percentile(v, 0.99)) for k, v in rates.items()} | {"last": rep, "scenarios": scen}
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agentscaler.models import Tool  # noqa: E402
-from results_io import Figure, Recorder  # noqa: E402
+from results_io import Figure, Recorder, p99  # noqa: E402
 
 NOUNS = ["user", "order", "product", "flight", "hotel", "booking", "invoice", "ticket", "account", "payment",
          "review", "playlist", "song", "employee", "project", "task", "device", "vehicle", "patient", "appointment",
@@ -227,8 +227,8 @@ def main() -> None:
         "validated_domains": len(sample), "validate_total_s": round(val_total, 2),
         "validate_domains_per_s": round(len(sample) / val_total, 2) if val_total else None,
         "validate_median_ms": round(statistics.median(val_t) * 1000, 1) if val_t else None,
-        "generate_p99_ms": round(_p99(gen_t) * 1000, 2) if gen_t else None,
-        "validate_p99_ms": round(_p99(val_t) * 1000, 1) if val_t else None,
+        "generate_p99_ms": round(p99(gen_t) * 1000, 2) if gen_t else None,
+        "validate_p99_ms": round(p99(val_t) * 1000, 1) if val_t else None,
         "execute_rate": round(totals["executes"] / totals["tools_total"], 4) if totals["tools_total"] else None,
         "writes_changing_state": f"{totals['writes_change_state']}/{totals['writes']}",
         "reads_mutating": totals["reads_mutating"], "failures": dict(fails),
@@ -241,11 +241,6 @@ def main() -> None:
         args.out.write_text(text)
     rec.__exit__(None, None, None)
     _record(rec, res, args)
-
-
-def _p99(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(0.99 * len(xs)))]
 
 
 def _record(rec: Recorder, res: dict, args: argparse.Namespace) -> None:

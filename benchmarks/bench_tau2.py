@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.results_io import Anchor, Figure, Recorder  # noqa: E402
+from benchmarks.results_io import Anchor, Figure, Recorder, percentile  # noqa: E402
 from envs.state import StateOracle  # noqa: E402
 from envs.tau2 import calls as recorded  # noqa: E402
 from envs.tau2.build import build_tau2_domain  # noqa: E402
@@ -39,11 +39,6 @@ from envs.tau2.source import ensure_tau2  # noqa: E402
 
 LOOKUPS = {"airline": ("get_user_details", "get_reservation_details", "get_flight_status"),
            "retail": ("get_user_details", "get_order_details", "get_product_details")}
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def timed(fn, n: int) -> list[float]:
@@ -99,10 +94,10 @@ def bench_tau2(domain: str, calls: list[dict], hashes_n: int = 5) -> dict:
         env.tools.use_tool(c["name"], **c["arguments"])
 
     bare_t = timed(bare, len(calls))
-    return {"read_median_us": statistics.median(resp) * 1e6, "read_p99_us": pct(resp, 0.99) * 1e6,
+    return {"read_median_us": statistics.median(resp) * 1e6, "read_p99_us": percentile(resp, 0.99) * 1e6,
             "bare_read_median_us": statistics.median(bare_t) * 1e6,
-            "fresh_env_ms": statistics.median(fresh) * 1e3, "fresh_env_p99_ms": pct(fresh, 0.99) * 1e3,
-            "db_hash_after_write_ms": statistics.median(hashes) * 1e3, "db_hash_after_write_p99_ms": pct(hashes, 0.99) * 1e3}
+            "fresh_env_ms": statistics.median(fresh) * 1e3, "fresh_env_p99_ms": percentile(fresh, 0.99) * 1e3,
+            "db_hash_after_write_ms": statistics.median(hashes) * 1e3, "db_hash_after_write_p99_ms": percentile(hashes, 0.99) * 1e3}
 
 
 def bench_ours(domain: str, ddir: Path, calls: list[dict]) -> dict:
@@ -152,11 +147,11 @@ def bench_ours(domain: str, ddir: Path, calls: list[dict]) -> dict:
             hashes.append(t1 - t)
             diffs.append(time.perf_counter() - t1)
         assert d, "a write must show in the diff"
-        return {"read_median_us": statistics.median(res) * 1e6, "read_p99_us": pct(res, 0.99) * 1e6,
-                "reset_ms": statistics.median(resets) * 1e3, "reset_p99_ms": pct(resets, 0.99) * 1e3,
-                "state_hash_ms": statistics.median(hashes) * 1e3, "state_hash_p99_ms": pct(hashes, 0.99) * 1e3,
-                "full_hash_ms": statistics.median(full) * 1e3, "full_hash_p99_ms": pct(full, 0.99) * 1e3,
-                "diff_after_write_ms": statistics.median(diffs) * 1e3, "diff_after_write_p99_ms": pct(diffs, 0.99) * 1e3,
+        return {"read_median_us": statistics.median(res) * 1e6, "read_p99_us": percentile(res, 0.99) * 1e6,
+                "reset_ms": statistics.median(resets) * 1e3, "reset_p99_ms": percentile(resets, 0.99) * 1e3,
+                "state_hash_ms": statistics.median(hashes) * 1e3, "state_hash_p99_ms": percentile(hashes, 0.99) * 1e3,
+                "full_hash_ms": statistics.median(full) * 1e3, "full_hash_p99_ms": percentile(full, 0.99) * 1e3,
+                "diff_after_write_ms": statistics.median(diffs) * 1e3, "diff_after_write_p99_ms": percentile(diffs, 0.99) * 1e3,
                 "diff_rows": len(d),
                 "open_s": open_s, "isolation": env.isolation}
     finally:
@@ -201,8 +196,8 @@ def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None) -> di
         all_t = [x for xs in theirs for x in xs]
         o, th = statistics.median(all_o) * 1e6, statistics.median(all_t) * 1e6
         return {"spin_us": env.worker.spin_ns // 1000, "calls": len(calls), "timed": len(all_o),
-                "ours_median_us": o, "ours_p99_us": pct(all_o, 0.99) * 1e6, "tau2_median_us": th,
-                "tau2_p99_us": pct(all_t, 0.99) * 1e6, "ratio": o / th,
+                "ours_median_us": o, "ours_p99_us": percentile(all_o, 0.99) * 1e6, "tau2_median_us": th,
+                "tau2_p99_us": percentile(all_t, 0.99) * 1e6, "ratio": o / th,
                 "median_per_call_ratio": statistics.median(statistics.median(a) / statistics.median(b)
                                                            for a, b in zip(ours, theirs)),
                 "by_tool": by_tool}

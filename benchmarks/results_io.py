@@ -63,6 +63,16 @@ class Results(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+def percentile(xs: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..1) of the samples; with fewer than 100 samples, p99 is the largest."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def p99(xs: list[float]) -> float:
+    return percentile(xs, 0.99)
+
+
 def commit() -> str:
     try:
         out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
