@@ -18,11 +18,12 @@ takes longer, and the result says how long the run took against its budget.
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
 
-from agentscaler.workspace import Workspace
+from agentscaler.workspace import Workspace, atomic_write_json
 from flows.pipeline import pipeline_flow
 from tasks.evaluation.report import write_report
 
@@ -99,6 +100,12 @@ def demo_plan(minutes: float) -> dict[str, Any]:
     return plan
 
 
+def demo_path(ws: Workspace) -> Path:
+    """reports/demo.json: the last demo's result (funnel, closed loop, wall time per stage and in all),
+    what benchmarks/bench_demo.py turns into the README's demo figures."""
+    return ws.reports_dir / "demo.json"
+
+
 def run_demo(workspace: Path, minutes: float = 20, **overrides: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
     params = {**demo_plan(minutes), **overrides}
@@ -107,10 +114,14 @@ def run_demo(workspace: Path, minutes: float = 20, **overrides: Any) -> dict[str
                    f"after: trained model ({params['k']} trials)": (summary.get("evaluate_trained") or {}).get("run_id")}
     report = write_report(Workspace(workspace), None, {k: v for k, v in evaluations.items() if v})
     wall = round(time.perf_counter() - t0, 1)
-    return {"funnel": summary["funnel"], "funnel_runs": summary.get("funnel_runs"),
-            "failed": summary.get("failed", {}), "failures": summary.get("failures", {}),
-            "report": report.get("markdown"), "closed_loop": summary.get("closed_loop"),
-            "wall_s": wall, "run_id": summary["run_id"],
-            "budget": {"minutes": minutes, "planned_s": round(plan_seconds(params)), "wall_s": wall,
-                       "plan": {k: params[k] for k in ("domains_limit", "rollout_domains", "gold_replay_domains",
-                                                       "eval_max_scenarios", "k", "max_steps")}}}
+    out = {"funnel": summary["funnel"], "funnel_runs": summary.get("funnel_runs"),
+           "failed": summary.get("failed", {}), "failures": summary.get("failures", {}),
+           "report": report.get("markdown"), "closed_loop": summary.get("closed_loop"),
+           "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "load": [round(x, 2) for x in os.getloadavg()],  # 1/5/15-minute load at the end: figures on a busy machine
+           "wall_s": wall, "stage_wall_s": summary.get("stage_wall_s", {}), "run_id": summary["run_id"],
+           "budget": {"minutes": minutes, "planned_s": round(plan_seconds(params)), "wall_s": wall,
+                      "plan": {k: params[k] for k in ("domains_limit", "rollout_domains", "gold_replay_domains",
+                                                      "eval_max_scenarios", "k", "max_steps")}}}
+    atomic_write_json(demo_path(Workspace(workspace)), out)
+    return out

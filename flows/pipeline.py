@@ -6,6 +6,9 @@ be re-run alone. Every stage skips finished work, so re-running the pipeline res
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from prefect import flow
@@ -64,32 +67,38 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
     with run_record(catalog, "pipeline", params) as summary, \
             progress.stage("pipeline", total=steps, unit="stages") as bar:
         bar.advance(0, note="ingest")
-        summary["ingest"] = _brief(ingest_flow(str(ws.root), sources))
+        with _timed(summary, "ingest"):
+            summary["ingest"] = _brief(ingest_flow(str(ws.root), sources))
         bar.advance(note="discover")
-        summary["discover"] = _brief(discover_flow(str(ws.root)))
+        with _timed(summary, "discover"):
+            summary["discover"] = _brief(discover_flow(str(ws.root)))
         bar.advance(note="build")
-        summary["build"] = build_environments_flow(str(ws.root), synth=synth, seed=seed, per_domain=per_domain,
-                                                   max_length=max_length, limit=domains_limit,
-                                                   batch_deployment=build_batch_deployment)
-        if tau2_verticals and "tau2" in sources:
-            summary["tau2"] = add_tau2_verticals(ws)
+        with _timed(summary, "build"):
+            summary["build"] = build_environments_flow(str(ws.root), synth=synth, seed=seed, per_domain=per_domain,
+                                                       max_length=max_length, limit=domains_limit,
+                                                       batch_deployment=build_batch_deployment)
+            if tau2_verticals and "tau2" in sources:
+                summary["tau2"] = add_tau2_verticals(ws)
         train_domains = _domains_with(ws, "train")[:rollout_domains] if rollout_domains else None
         bar.advance(note="collect")
-        summary["experience"] = collect_experience_flow(str(ws.root), llm=llm, model=model, user=user, trials=trials,
-                                                        split="train", per_domain=rollout_per_domain,
-                                                        domains=train_domains, max_turns=max_turns,
-                                                        max_steps=agent_steps, max_tokens=max_tokens)
+        with _timed(summary, "collect"):
+            summary["experience"] = collect_experience_flow(str(ws.root), llm=llm, model=model, user=user,
+                                                            trials=trials, split="train", per_domain=rollout_per_domain,
+                                                            domains=train_domains, max_turns=max_turns,
+                                                            max_steps=agent_steps, max_tokens=max_tokens)
         if gold_replay_domains:
             bar.advance(note="gold replay")
             replay = _domains_with(ws, "train")
             replay = [d for d in replay if not d.startswith("tau2")][:gold_replay_domains] + \
                 [d for d in replay if d.startswith("tau2")]
-            summary["gold_replay"] = _brief(gold_replay_run(ws, replay))
+            with _timed(summary, "gold_replay"):
+                summary["gold_replay"] = _brief(gold_replay_run(ws, replay))
         if train:
             bar.advance(note="train")
-            summary["train"] = train_sft_flow(str(ws.root), max_steps=max_steps, config_dir=train_config_dir,
-                                              model=train_model, accelerate_config=accelerate_config,
-                                              num_processes=num_processes)
+            with _timed(summary, "train"):
+                summary["train"] = train_sft_flow(str(ws.root), max_steps=max_steps, config_dir=train_config_dir,
+                                                  model=train_model, accelerate_config=accelerate_config,
+                                                  num_processes=num_processes)
         if evaluate:
             bar.advance(note="evaluate")
             # One evaluation set (written once) for every model scored, so base and trained see the same scenarios.
@@ -102,11 +111,14 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
             # compared with a trained model, the base model is served the same way: its HF conversion
             # (what training starts from) exported at the same precision (agentscaler.endpoints.serve)
             base_checkpoint = str(convert_smollm2()) if both else None
-            base = evaluate_flow(str(ws.root), llm=llm, model=model, checkpoint=base_checkpoint, **eval_args)
+            with _timed(summary, "evaluate_base"):
+                base = evaluate_flow(str(ws.root), llm=llm, model=model, checkpoint=base_checkpoint, **eval_args)
             summary["evaluate"] = _brief(base)
             if both:
                 bar.advance(note="evaluate the trained model")
-                trained = evaluate_flow(str(ws.root), llm="local", model="trained", checkpoint=checkpoint, **eval_args)
+                with _timed(summary, "evaluate_trained"):
+                    trained = evaluate_flow(str(ws.root), llm="local", model="trained", checkpoint=checkpoint,
+                                            **eval_args)
                 summary["evaluate_trained"] = _brief(trained)
                 comparison = compare(base, trained)
                 atomic_write_json(comparison_path(ws, "pipeline"), comparison)
@@ -122,6 +134,16 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
         publish_markdown("pipeline-funnel", "# funnel\n\n" + funnel_markdown(summary["funnel"], summary["funnel_runs"]),
                          "tools -> ... -> SFT rows, agent vs gold replay")
     return summary
+
+
+@contextmanager
+def _timed(summary: dict[str, Any], stage: str) -> Iterator[None]:
+    """Record the stage's wall time in summary["stage_wall_s"] (the demo's per-stage figures, bench_demo)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        summary.setdefault("stage_wall_s", {})[stage] = round(time.perf_counter() - t0, 1)
 
 
 def add_tau2_verticals(ws: Workspace) -> dict[str, Any]:
