@@ -1,8 +1,9 @@
 """Discover stage figures: synthetic corpora with planted domains, ingest done -> domains saved.
 
-    .venv/bin/python benchmarks/bench_discover.py                 # 1k, 3k, 10k, 30k fast + MiniLM on 3k
+    .venv/bin/python benchmarks/bench_discover.py                 # 1k, 3k, 10k, 30k fast + MiniLM on 1k + real corpora
     .venv/bin/python benchmarks/bench_discover.py --quick         # 1k and 3k fast, 3 repeats, no MiniLM
     .venv/bin/python benchmarks/bench_discover.py --sizes 1000 --minilm-n 0 --repeats 1
+    .venv/bin/python benchmarks/bench_discover.py --real WS       # the real-corpora row from WS/corpus/tools.parquet
 
 Results: benchmarks/results/discover.{json,md} (benchmarks/results_io).
 
@@ -10,13 +11,18 @@ Each measurement runs `tasks.discover.domains.discover` in a fresh subprocess (s
 starting from corpus/tools.parquet. "cold" = first run in the workspace; "forced" = the same
 inputs again with force=True (a warm MiniLM cache; the fast vectors are always recomputed);
 "skip" = the same inputs without force (the stage sees its output is current). Reports medians
-over --repeats, plus purity / completeness against the planted domains.
+over --repeats, plus purity / completeness against the planted domains. Every mode also scores the
+labelled corpus of real tools (tests/data/labelled_tools.json: tau2 + BFCL, hand-labelled domains) with
+the fast and the MiniLM embedding (in-process, a few seconds), and the full mode (or --real) runs the
+stage on a real workspace's ingested corpora (BFCL + tau2 + NESTFUL): tools, domains, modularity, time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import random
 import statistics
 import subprocess
@@ -107,6 +113,42 @@ def quality(ws: Path, tools, labels) -> dict:
     return {k: s[k] for k in ("purity", "completeness_min", "completeness_mean", "n_domains")}
 
 
+LABELLED = ROOT / "tests" / "data" / "labelled_tools.json"
+
+
+def labelled_quality(emb: str) -> dict:
+    """Purity / completeness / modularity of the stage's domains on the hand-labelled real tools ("core" set)."""
+    from agentscaler.models import Tool
+    from tasks.discover.config import DiscoverConfig
+    from tasks.discover.domains import find_domains, score_partition
+    from tasks.discover.embed import embed_tools
+    from tasks.discover.graph import build_graph
+
+    rows = [r for r in json.loads(LABELLED.read_text()) if r["set"] == "core"]
+    tools = [Tool.model_validate(r["tool"]).with_id() for r in rows]
+    cfg = DiscoverConfig(embedding=emb).resolved()
+    vecs, _ = embed_tools(tools, cfg.embedding)
+    records, report = find_domains(tools, vecs, build_graph(tools, vecs, cfg.threshold, cfg.top_k, cfg.flow_min_sim),
+                                   cfg)
+    score = score_partition(records, {t.id: r["label"] for t, r in zip(tools, rows)})
+    return {"embedding": emb, "tools": len(tools), "labels": len({r["label"] for r in rows}),
+            "modularity": report.get("modularity"), **score}
+
+
+def real_corpora(ws_root: Path) -> dict:
+    """The stage on a real workspace's ingested corpora, cold then warm, in a copy (the workspace is not written)."""
+    from agentscaler.workspace import Workspace
+
+    src = Workspace(ws_root).tools_path
+    with tempfile.TemporaryDirectory() as d:
+        ws = Workspace(Path(d) / "ws")
+        shutil.copy(src, ws.tools_path)
+        a = run_child(ws.root, "fast", force=False)
+        c = run_child(ws.root, "fast", force=False)
+    return {"tools": a["tools"], "domains": a["domains"], "modularity": a["modularity"], "cold_s": round(a["wall_s"], 2),
+            "skip_s": round(c["wall_s"], 2), "peak_rss_mib": round(a["peak_rss_mib"]), "source": str(ws_root)}
+
+
 def bench(n: int, emb: str, repeats: int) -> dict:
     from agentscaler.artifacts import save_tools
     from agentscaler.workspace import Workspace
@@ -137,15 +179,23 @@ def bench(n: int, emb: str, repeats: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default=None, help="default 1000,3000,10000,30000 (--quick: 1000,3000)")
-    ap.add_argument("--minilm-n", type=int, default=None, help="MiniLM sample size (0: skip; default 3000, --quick 0)")
+    ap.add_argument("--minilm-n", type=int, default=None, help="MiniLM sample size (0: skip; default 1000, --quick 0)")
+    ap.add_argument("--real", default=None, help="a workspace with ingested real corpora (default in full mode: "
+                                                 "$AGENTSCALER_BENCH_WORKSPACE or ./workspace, if it has them)")
     ap.add_argument("--repeats", type=int, default=None, help="default 1 (--quick: 3)")
     ap.add_argument("--quick", action="store_true", help="bounded run: 1k and 3k tools, fast embedding only")
     args = ap.parse_args()
     sizes = args.sizes or ("1000,3000" if args.quick else "1000,3000,10000,30000")
-    minilm_n = args.minilm_n if args.minilm_n is not None else (0 if args.quick else 3000)
+    minilm_n = args.minilm_n if args.minilm_n is not None else (0 if args.quick else 1000)
     repeats = args.repeats or (3 if args.quick else 1)
+    real = args.real or (None if args.quick else os.environ.get("AGENTSCALER_BENCH_WORKSPACE", "workspace"))
+    real_ws = Path(real) if real and (Path(real) / "corpus" / "tools.parquet").exists() else None
     rows = []
     with Recorder("discover") as rec:
+        labelled = [labelled_quality(e) for e in ("fast", "minilm")]
+        print("labelled", json.dumps(labelled), flush=True)
+        real_row = real_corpora(real_ws) if real_ws else None
+        print("real", json.dumps(real_row), flush=True)
         for n in sizes.split(","):
             rows.append(bench(int(n), "fast", repeats))
             print("done", json.dumps(rows[-1]), flush=True)
@@ -167,6 +217,31 @@ def main() -> None:
                                                 source="the cold run on the same corpus, same run"),
                                   aim="<= 5 s at 30k (issue 20 aim 6)" if big else None,
                                   meets_aim=r["skip_s"] <= 5 if big else None))
+        rec.figures.append(Figure(name=f"discover peak RSS, {r['tools']:,} tools ({r['embedding']})",
+                                  value=round(r["peak_rss_mib"] / 1024, 2), unit="GiB", workload=workload,
+                                  aim="< 4 GiB at 30k (issue 20 aim 6)" if big else None,
+                                  meets_aim=r["peak_rss_mib"] < 4096 if big else None))
+        if r["embedding"] == "minilm":  # forced = the same inputs again with the embedding cache warm
+            rec.figures.append(Figure(name=f"discover forced, warm embedding cache, {r['tools']:,} tools (minilm)",
+                                      value=r["forced_s"], unit="s", workload=workload,
+                                      ratio_to_anchor=round(r["forced_s"] / r["cold_s"], 3) if r["cold_s"] else None,
+                                      anchor=Anchor(value=r["cold_s"], unit="s", kind="measured",
+                                                    source="the cold run (empty cache) on the same corpus, same run")))
+    for q in labelled:
+        rec.figures.append(Figure(name=f"discover purity, labelled real tools ({q['embedding']} embedding)",
+                                  value=q["purity"], unit="", workload=f"real: tests/data/labelled_tools.json core set, "
+                                  f"{q['tools']} tau2 + BFCL tools in {q['labels']} hand-labelled domains",
+                                  aim=">= 0.85", meets_aim=q["purity"] >= 0.85))
+    if real_row:
+        rec.figures.append(Figure(name=f"discover, real corpora: {real_row['tools']:,} tools -> {real_row['domains']} "
+                                       f"domains (modularity {real_row['modularity']})", value=real_row["cold_s"],
+                                  unit="s", workload="real: BFCL + tau2 + NESTFUL as ingested (corpus/tools.parquet), "
+                                  "cold, fast embedding, fresh process"))
+        rec.figures.append(Figure(name="discover warm (unchanged corpus), real corpora", value=real_row["skip_s"],
+                                  unit="s", workload="real: BFCL + tau2 + NESTFUL as ingested, fast embedding",
+                                  ratio_to_anchor=round(real_row["skip_s"] / real_row["cold_s"], 3),
+                                  anchor=Anchor(value=real_row["cold_s"], unit="s", kind="measured",
+                                                source="the cold run on the same corpus, same run")))
     rec.notes = [f"medians over {repeats} repeat(s), each in a fresh subprocess (so the import of the stage's "
                  "libraries is part of every figure); warm = the same inputs again, which the stage finds current"]
     lines = ["| tools | embedding | cold s (median / p99) | forced s | warm s (median / p99) | peak RSS MiB | purity | "
@@ -176,6 +251,15 @@ def main() -> None:
                      f"{r['skip_s']} / {r['skip_p99_s']} | {r['peak_rss_mib']} | {r['purity']} | "
                      f"{r['completeness_min']} | {r['n_domains']} | {r['edges']['similar']}/{r['edges']['dataflow']} | "
                      f"{r['cold_parts']} |")
+    lines += ["", "Labelled real tools (tests/data/labelled_tools.json, core set):", "",
+              "| embedding | tools | labels | purity | completeness min / mean | domains | modularity |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {q['embedding']} | {q['tools']} | {q['labels']} | {q['purity']} | {q['completeness_min']} / "
+              f"{q['completeness_mean']} | {q['n_domains']} | {q['modularity']} |" for q in labelled]
+    if real_row:
+        lines += ["", f"Real corpora ({real_row['source']}): {real_row['tools']:,} tools -> {real_row['domains']} domains, "
+                  f"modularity {real_row['modularity']}, cold {real_row['cold_s']} s, warm {real_row['skip_s']} s, "
+                  f"peak RSS {real_row['peak_rss_mib']} MiB"]
     fast = {r["tools"]: r for r in rows if r["embedding"] == "fast"}
     for r in rows:
         if r["embedding"] == "minilm" and 30000 in fast:
