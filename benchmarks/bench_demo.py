@@ -1,0 +1,107 @@
+"""The demo's figures (`make demo`) from its own result file, reports/demo.json (flows/demo.py writes it).
+
+    .venv/bin/python benchmarks/bench_demo.py --workspace WS    # read a finished demo workspace
+    .venv/bin/python benchmarks/bench_demo.py                   # run `agentscaler demo` (20 minutes' plan) first
+    .venv/bin/python benchmarks/bench_demo.py --quick           # run the smallest demo plan (--minutes 9) first
+
+Figures: wall time end to end and per pipeline stage, the funnel with its origins kept apart (tools,
+domains, environments, scenarios, trajectories / verified / SFT rows for agent experience and gold
+replays), and the evaluation of the base and the trained model on the same held-out scenarios
+(pass^1..k with 95% intervals, scenario count, k). Results: benchmarks/results/demo.{json,md}; the
+README's demo block (between `<!-- demo:start -->` and `<!-- demo:end -->`) is rendered from it by
+benchmarks/run_all.py. A demo run takes 17-30 minutes on 2 cores, so `make bench` runs this script
+only when named (BENCH=demo, or BENCH=demo ARGS="--workspace WS").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.results_io import Figure, Recorder  # noqa: E402
+
+STAGES = ["ingest", "discover", "build", "collect", "gold_replay", "train", "evaluate_base", "evaluate_trained"]
+FUNNEL = [("tools", "tools"), ("domains", "domains"), ("environments", "environments (with the tau2 verticals)"),
+          ("scenarios", "scenarios")]
+ORIGINS = [("trajectories", "trajectories"), ("verified", "verified"), ("sft_rows", "SFT rows")]
+
+
+def run_demo(ws: Path, minutes: float) -> None:
+    """`agentscaler --workspace WS demo --minutes M` in its own process (as `make demo` runs it)."""
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "DS_BUILD_OPS": "0"}
+    subprocess.run([str(Path(sys.executable).parent / "agentscaler"), "--workspace", str(ws), "demo",
+                    "--minutes", f"{minutes:g}"], cwd=ROOT, env=env, check=True)
+
+
+def figures(rec: Recorder, demo: dict, workload: str) -> None:
+    budget = demo.get("budget") or {}
+    rec.figures.append(Figure(name="demo, end to end (wall)", value=demo["wall_s"], unit="s", workload=workload,
+                              aim=f"<= {budget.get('minutes', 20):g} min budget; <= 15 min (issue 20)",
+                              meets_aim=demo["wall_s"] <= 60 * min(15, budget.get("minutes", 20))))
+    for stage in STAGES:
+        if stage in (demo.get("stage_wall_s") or {}):
+            rec.figures.append(Figure(name=f"demo stage {stage} (wall)", value=demo["stage_wall_s"][stage], unit="s",
+                                      workload=workload))
+    f = demo["funnel"]
+    for key, label in FUNNEL:
+        rec.figures.append(Figure(name=f"demo funnel: {label}", value=f[key], unit="", workload=workload))
+    for key, label in ORIGINS:
+        for origin, suffix in (("agent experience", "agent"), ("gold replay", "gold_replay")):
+            rec.figures.append(Figure(name=f"demo funnel: {label}, {origin}", value=f[f"{key}_{suffix}"], unit="",
+                                      workload=workload))
+    for model, e in (demo.get("closed_loop") or {}).items():
+        for k, est in sorted((e.get("pass^k") or {}).items(), key=lambda kv: int(kv[0])):
+            iv = (e.get("intervals") or {}).get(k) or {}
+            rec.figures.append(Figure(name=f"demo evaluation, {model} model: pass^{k} on {e['scenarios']} held-out "
+                                           f"scenarios, {e['trials']} trials (95% interval {iv.get('low')}-"
+                                           f"{iv.get('high')})", value=round(100 * est, 1), unit="%",
+                                      workload=workload))
+
+
+def table(demo: dict) -> str:
+    f, st = demo["funnel"], demo.get("stage_wall_s") or {}
+    lines = ["| stage | wall s |", "|---|---|"] + [f"| {s} | {st[s]} |" for s in STAGES if s in st]
+    lines += [f"| end to end | {demo['wall_s']} |", "", "| funnel | agent | gold replay |", "|---|---|---|"]
+    lines += [f"| {label} | {f[key + '_agent']} | {f[key + '_gold_replay']} |" for key, label in ORIGINS]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workspace", default=None, help="a finished demo workspace (default: run the demo first)")
+    ap.add_argument("--quick", action="store_true", help="without --workspace: the smallest demo plan (--minutes 9)")
+    ap.add_argument("--minutes", type=float, default=None, help="the demo's budget when it runs here (default 20)")
+    a = ap.parse_args()
+    minutes = a.minutes or (9 if a.quick else 20)
+    with Recorder("demo") as rec, tempfile.TemporaryDirectory() as tmp:
+        ws = Path(a.workspace) if a.workspace else Path(tmp) / "ws"
+        if not a.workspace:
+            run_demo(ws, minutes)
+        path = ws / "reports" / "demo.json"
+        if not path.exists():
+            raise SystemExit(f"{path} missing: not a demo workspace, or its demo ran before flows/demo.py wrote "
+                             "reports/demo.json")
+        demo = json.loads(path.read_text())
+    plan = (demo.get("budget") or {}).get("plan") or {}
+    workload = (f"real: `make demo` ({'ran here' if not a.workspace else 'read from ' + str(ws)}, "
+                f"{(demo.get('budget') or {}).get('minutes', '?')}-minute plan"
+                + (", quick" if a.quick and not a.workspace else "") + f"; k={plan.get('k')}), "
+                f"finished {demo.get('finished', '?')}, load at its end {demo.get('load', 'not recorded')}")
+    figures(rec, demo, workload)
+    rec.layers = ["sandbox worker for every tool call (the demo's own)"]
+    rec.notes.append(f"demo run {demo.get('run_id')}, plan {plan}; the load columns are this script's (it only "
+                     f"reads the file when --workspace is given), the demo's own load is in the workload")
+    print(rec.write(table(demo) + "\n\n" + "\n".join(f"- {n}" for n in rec.notes) + "\n"))
+
+
+if __name__ == "__main__":
+    main()
