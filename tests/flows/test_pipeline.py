@@ -42,6 +42,9 @@ def test_pipeline_end_to_end(tmp_path: Path, prefect_harness):
     assert funnel["verified"] >= 0.8 * funnel["trajectories"]
     assert funnel["sft_rows"] > 0
     assert summary["failed"] == {} and summary["failures"] == {}
+    # every stage that ran has its wall time (the demo's per-stage figures, benchmarks/bench_demo.py)
+    assert set(summary["stage_wall_s"]) == {"ingest", "discover", "build", "collect", "train", "evaluate_base"}
+    assert all(v > 0 for v in summary["stage_wall_s"].values())
     # origins and runs kept apart: the oracle is agent experience; the evaluation is not in the chain
     assert funnel["trajectories_agent"] == funnel["trajectories"] and funnel["trajectories_gold_replay"] == 0
     assert funnel["sft_rows_agent"] == funnel["sft_rows"]
