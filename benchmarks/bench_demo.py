@@ -21,11 +21,14 @@ import os
 import subprocess
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agentscaler.catalog import Catalog  # noqa: E402
+from agentscaler.workspace import Workspace  # noqa: E402
 from benchmarks.results_io import Figure, Recorder  # noqa: E402
 
 STAGES = ["ingest", "discover", "build", "collect", "gold_replay", "train", "evaluate_base", "evaluate_trained"]
@@ -42,9 +45,27 @@ def run_demo(ws: Path, minutes: float) -> None:
                     "--minutes", f"{minutes:g}"], cwd=ROOT, env=env, check=True)
 
 
+def from_catalog(ws: Path) -> dict | None:
+    """A demo workspace from before flows/demo.py wrote reports/demo.json: its last finished pipeline run in
+    the catalog (funnel, closed loop; wall time = the run's recorded start to finish, no per-stage times)."""
+    runs = [r for r in Catalog(Workspace(ws).catalog_path).runs()
+            if r["flow"] == "pipeline" and r["status"] in ("done", "done_with_failures") and r["finished_at"]]
+    if not runs:
+        return None
+    r = runs[-1]
+    wall = (datetime.fromisoformat(r["finished_at"]) - datetime.fromisoformat(r["started_at"])).total_seconds()
+    params = r["params"] or {}
+    return {"funnel": r["summary"]["funnel"], "closed_loop": r["summary"].get("closed_loop"), "run_id": r["id"],
+            "wall_s": round(wall, 1), "stage_wall_s": {}, "finished": r["finished_at"], "load": "not recorded",
+            "from_catalog": True, "budget": {"plan": {k: params.get(k) for k in (
+                "domains_limit", "rollout_domains", "gold_replay_domains", "eval_max_scenarios", "k", "max_steps")}}}
+
+
 def figures(rec: Recorder, demo: dict, workload: str) -> None:
     budget = demo.get("budget") or {}
-    rec.figures.append(Figure(name="demo, end to end (wall)", value=demo["wall_s"], unit="s", workload=workload,
+    wall_name = "demo pipeline, start to finish (wall, from the catalog)" if demo.get("from_catalog") else \
+        "demo, end to end (wall)"
+    rec.figures.append(Figure(name=wall_name, value=demo["wall_s"], unit="s", workload=workload,
                               aim=f"<= {budget.get('minutes', 20):g} min budget; <= 15 min (issue 20)",
                               meets_aim=demo["wall_s"] <= 60 * min(15, budget.get("minutes", 20))))
     for stage in STAGES:
@@ -87,13 +108,15 @@ def main() -> None:
         if not a.workspace:
             run_demo(ws, minutes)
         path = ws / "reports" / "demo.json"
-        if not path.exists():
-            raise SystemExit(f"{path} missing: not a demo workspace, or its demo ran before flows/demo.py wrote "
-                             "reports/demo.json")
-        demo = json.loads(path.read_text())
+        demo = json.loads(path.read_text()) if path.exists() else from_catalog(ws)
+        if demo is None:
+            raise SystemExit(f"{path} missing and no finished pipeline run in {ws}'s catalog: not a demo workspace")
     plan = (demo.get("budget") or {}).get("plan") or {}
-    workload = (f"real: `make demo` ({'ran here' if not a.workspace else 'read from ' + str(ws)}, "
-                f"{(demo.get('budget') or {}).get('minutes', '?')}-minute plan"
+    source = "ran here" if not a.workspace else f"read from {ws}" + (
+        ": the pipeline run in its catalog, a demo from before reports/demo.json, so no per-stage times and "
+        "the demo's commit is not recorded" if demo.get("from_catalog") else "")
+    minutes = (demo.get("budget") or {}).get("minutes")
+    workload = (f"real: `make demo` ({source}, " + (f"{minutes:g}-minute plan" if minutes else "plan")
                 + (", quick" if a.quick and not a.workspace else "") + f"; k={plan.get('k')}), "
                 f"finished {demo.get('finished', '?')}, load at its end {demo.get('load', 'not recorded')}")
     figures(rec, demo, workload)

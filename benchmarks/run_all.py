@@ -213,8 +213,8 @@ def demo_block(out_dir: Path) -> str:
                 "workspace).\n")
     r = found[0]
     work = r.figures[0].workload if r.figures else "—"
-    head = (f"Generated from `benchmarks/results/demo.json` (`benchmarks/bench_demo.py`, commit {r.commit}, "
-            f"{r.started}). Workload: {work}.")
+    head = (f"Generated from `benchmarks/results/demo.json` (recorded by `benchmarks/bench_demo.py` at commit "
+            f"{r.commit}, {r.started}). Workload: {work}.")
     rows = ["| figure | value |", "|---|---|"]
     for f in r.figures:
         meets = "" if f.meets_aim is None else f" (aim {f.aim}: {'met' if f.meets_aim else '**not met**'})"

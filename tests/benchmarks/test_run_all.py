@@ -196,3 +196,30 @@ def test_summary_keeps_last_whole_run(tmp_path):
     (tmp_path / run_all.STATUS).write_text(json.dumps({"scripts": {}, "last_run": {**run, "finished": "2026-12-02"},
                                                        "last_named": named}))
     assert "named" not in run_all.summary_line(tmp_path)  # an older named run is not news
+
+
+def test_bench_demo_reads_an_older_demo_workspace_from_its_catalog(tmp_path):
+    """A demo workspace from before reports/demo.json: the funnel and evaluation come from its pipeline run in
+    the catalog (recorded here through the Catalog API with the summary shape pipeline_flow writes), labelled so."""
+    from agentscaler.catalog import Catalog
+    from agentscaler.workspace import Workspace
+
+    ws = Workspace(tmp_path / "ws")
+    catalog = Catalog(ws.catalog_path)
+    catalog.start_run("pipeline-old", "pipeline", {"k": 2, "eval_max_scenarios": 3})
+    catalog.finish_run("pipeline-old", "done", {"funnel": DEMO["funnel"], "closed_loop": DEMO["closed_loop"]})
+    out = tmp_path / "results"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_demo.py"), "--workspace", str(ws.root)],
+                       env={**os.environ, "AGENTSCALER_BENCH_RESULTS": str(out)}, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    [res] = load_results(out)
+    names = {f.name: f for f in res.figures}
+    assert "demo pipeline, start to finish (wall, from the catalog)" in names
+    assert not any(n.startswith("demo stage") for n in names)  # no per-stage times to read
+    assert names["demo funnel: SFT rows, gold replay"].value == 176
+    assert "the demo's commit is not recorded" in res.figures[0].workload
+    empty = Workspace(tmp_path / "empty")
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_demo.py"), "--workspace", str(empty.root)],
+                       env={**os.environ, "AGENTSCALER_BENCH_RESULTS": str(tmp_path / "none")}, capture_output=True,
+                       text=True)
+    assert p.returncode != 0 and "not a demo workspace" in p.stderr
