@@ -89,19 +89,36 @@ def read_calls(ws: Workspace, limit_domains: int) -> dict[str, list[tuple[str, d
     return out
 
 
-def open_episodes(ws: Workspace, domains: list[str], n: int) -> tuple[list[tuple[str, Environment]], list[float], list[str]]:
-    envs, times, errors = [], [], []
-    for i in range(n):
-        d = domains[i % len(domains)]
+def open_episodes(ws: Workspace, domains: list[str], n: int, per_worker: int, pool: ThreadPoolExecutor
+                  ) -> tuple[list[tuple[str, Environment]], list[float], list[str]]:
+    """n episodes over the domains, round robin by worker: per_worker 1 is an Environment (a worker)
+    each; more is Environment.open_hosted (one worker serving per_worker episodes). Workers open on
+    the pool's threads, which must outlive them (a worker dies with the thread that started it: the
+    parent-death signal is per thread). Returns the episodes, the open time per worker, and errors."""
+    jobs, left, i = [], n, 0
+    while left > 0:
+        jobs.append((domains[i % len(domains)], min(per_worker, left)))
+        left, i = left - per_worker, i + 1
+
+    def one(job: tuple[str, int]) -> tuple[list[tuple[str, Environment]], float, str | None]:
+        d, k = job
         t = time.perf_counter()
         try:
-            env = Environment.open(ws.domain_dir(d), spin_us=0)
-            env.reset()
+            got = [Environment.open(ws.domain_dir(d), spin_us=0)] if per_worker == 1 else \
+                Environment.open_hosted(ws.domain_dir(d), k, spin_us=0)
+            for env in got:
+                env.reset()
         except SandboxError as exc:
-            errors.append(f"{d}: {str(exc)[:200]}")
-            continue
-        times.append(time.perf_counter() - t)
-        envs.append((d, env))
+            return [], 0.0, f"{d}: {str(exc)[:200]}"
+        return [(d, env) for env in got], time.perf_counter() - t, None
+
+    envs, times, errors = [], [], []
+    for got, secs, err in pool.map(one, jobs):
+        envs += got
+        if err:
+            errors.append(err)
+        else:
+            times.append(secs)
     return envs, times, errors
 
 
@@ -134,13 +151,75 @@ def drive(envs: list[tuple[str, Environment]], calls: dict[str, list[tuple[str, 
     return counts["ok"], counts["err"], lat
 
 
+def measure(rec: Recorder, ws: Workspace, calls: dict[str, list[tuple[str, dict]]], a: argparse.Namespace,
+            per_worker: int, workload: str) -> None:
+    """One design's figures (per_worker 1: a worker per episode; more: hosted episodes)."""
+    domains = sorted(calls)
+    design = "a worker per episode" if per_worker == 1 else f"{per_worker} hosted episodes per worker"
+    base_pss = pss_gib([os.getpid()])
+    opener = ThreadPoolExecutor(a.open_threads)  # kept until the episodes close (see open_episodes)
+    t0 = time.perf_counter()
+    probe = min(a.episodes, max(a.probe, per_worker))
+    envs, open_times, errors = open_episodes(ws, domains, probe, per_worker, opener)
+    per_episode_gib = (pss_gib(descendants(os.getpid())) - base_pss) / max(1, len(envs))
+    estimate = base_pss + per_episode_gib * a.episodes
+    extrapolated = estimate > a.max_gib
+    if not extrapolated and a.episodes > probe:
+        rest = domains[(probe // per_worker) % len(domains):] + domains[:(probe // per_worker) % len(domains)]
+        more, more_t, more_err = open_episodes(ws, rest, a.episodes - probe, per_worker, opener)
+        envs, open_times, errors = envs + more, open_times + more_t, errors + more_err
+    open_wall = time.perf_counter() - t0
+    pids = descendants(os.getpid())
+    gib = pss_gib(pids)
+    if envs and not rec.layers:
+        rec.layers = sorted(k for k, v in envs[0][1].isolation.items() if v)
+    ok, err, lat = drive(envs, calls, a.threads, a.seconds) if envs else (0, 0, [])
+    answering = sum(env.call(*calls[d][0]).ok for d, env in envs)
+    for _, env in envs:
+        env.close()
+    opener.shutdown()
+    n, full = len(envs), a.episodes >= 1024
+    label = f", {design}" + ("" if not extrapolated else
+                             f" (extrapolated from {n} open: the estimate {estimate:.1f} GiB is over --max-gib {a.max_gib:g})")
+    open_total = open_wall if not extrapolated else open_wall / max(1, n) * a.episodes
+    memory = gib if not extrapolated else estimate
+    rec.figures += [
+        Figure(name=f"open {a.episodes} episodes (open + reset), total{label}", value=round(open_total, 2),
+               unit="s", workload=workload, aim=f"<= {AIM_OPEN_S:g} s for 1,024 (issue 20 aim 2)",
+               meets_aim=(open_total <= AIM_OPEN_S) if full else None),
+        Figure(name=f"open one worker and its episodes{label}", value=round(statistics.median(open_times) * 1e3, 1),
+               unit="ms", median=round(statistics.median(open_times) * 1e3, 1), p99=round(p99(open_times) * 1e3, 1),
+               workload=workload),
+        Figure(name=f"memory of every process, {a.episodes} episodes (PSS){label}", value=round(memory, 2),
+               unit="GiB", workload=workload, aim=f"<= {AIM_GIB:g} GiB for 1,024 (issue 20 aim 2)",
+               meets_aim=(memory <= AIM_GIB) if full else None),
+        Figure(name=f"processes for {n} open episodes{label}", value=len(pids), unit="processes", workload=workload),
+    ]
+    if lat:
+        rate = (ok + err) / a.seconds
+        rec.figures += [
+            Figure(name=f"aggregate read calls/s, {n} open episodes{label}", value=round(rate, 1), unit="calls/s",
+                   workload=workload, aim=f">= {AIM_RATE:g}/s (issue 20 aim 2)",
+                   meets_aim=(rate >= AIM_RATE) if n >= 1024 else None),
+            Figure(name=f"read call latency, {n} open episodes{label}", value=round(statistics.median(lat) * 1e3, 2),
+                   unit="ms", median=round(statistics.median(lat) * 1e3, 2), p99=round(p99(lat) * 1e3, 2),
+                   workload=workload, aim=f"p99 <= {AIM_P99_MS:g} ms (issue 20 aim 2)",
+                   meets_aim=(p99(lat) * 1e3 <= AIM_P99_MS) if n >= 1024 else None),
+        ]
+    rec.notes += [f"{design}: {len(errors)} workers failed to open" + (f" ({errors[:3]})" if errors else "")
+                  + f"; {err} of {ok + err} calls answered with a tool error (counted in the rate); "
+                  f"{answering} of {n} episodes answered a last call after the run"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workspace", type=Path, default=os.environ.get("AGENTSCALER_BENCH_WS"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--episodes", type=int, default=1024)
     ap.add_argument("--domains", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=32)
+    ap.add_argument("--per-worker", type=int, default=8, help="hosted episodes per worker (beside 1 per worker)")
+    ap.add_argument("--threads", type=int, default=32, help="caller threads")
+    ap.add_argument("--open-threads", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--probe", type=int, default=32)
     ap.add_argument("--max-gib", type=float, default=10.0)
@@ -153,67 +232,15 @@ def main() -> None:
             rec.write("Not measured: no built workspace was given.\n")
             print("no workspace: nothing measured", file=sys.stderr)
             return
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # about 5 descriptors per open worker
         ws = Workspace(Path(a.workspace))
         calls = read_calls(ws, a.domains)
-        domains = sorted(calls)
-        mode = "quick" if a.quick else "full"
-        workload = (f"real: {Path(a.workspace).name}, {a.episodes} episodes over {len(domains)} domains "
-                    f"(gold read calls of read-only scenarios), {a.threads} caller threads, {mode}")
-        base_pss = pss_gib([os.getpid()])
-        t0 = time.perf_counter()
-        envs, open_times, errors = open_episodes(ws, domains, min(a.probe, a.episodes))
-        pids = descendants(os.getpid())
-        per_episode_gib = (pss_gib(pids) - base_pss) / max(1, len(envs))
-        estimate = base_pss + per_episode_gib * a.episodes
-        extrapolated = estimate > a.max_gib
-        if not extrapolated:
-            more, more_t, more_err = open_episodes(ws, domains[len(envs) % len(domains):] + domains[:len(envs) % len(domains)],
-                                                   a.episodes - len(envs))
-            envs, open_times, errors = envs + more, open_times + more_t, errors + more_err
-        open_wall = time.perf_counter() - t0
-        pids = descendants(os.getpid())
-        gib = pss_gib(pids)
-        if envs:
-            rec.layers = sorted(k for k, v in envs[0][1].isolation.items() if v)
-        ok, err, lat = drive(envs, calls, a.threads, a.seconds) if envs else (0, 0, [])
-        answering = sum(env.call(*calls[d][0]).ok for d, env in envs)
-        for _, env in envs:
-            env.close()
-        n = len(envs)
-        label = "" if not extrapolated else f" (extrapolated from {n} open: the estimate {estimate:.1f} GiB is over --max-gib {a.max_gib})"
-        opened = a.episodes if not extrapolated else n
-        open_total = open_wall if not extrapolated else open_wall / max(1, n) * a.episodes
-        rec.figures += [
-            Figure(name=f"open {a.episodes} episodes (Environment.open + reset), total{label}", value=round(open_total, 2),
-                   unit="s", workload=workload, aim=f"<= {AIM_OPEN_S:g} s for 1,024 (issue 20 aim 2)",
-                   meets_aim=(open_total <= AIM_OPEN_S) if a.episodes >= 1024 else None),
-            Figure(name="open one episode", value=round(statistics.median(open_times) * 1e3, 1), unit="ms",
-                   median=round(statistics.median(open_times) * 1e3, 1), p99=round(p99(open_times) * 1e3, 1),
-                   workload=workload),
-            Figure(name=f"memory of every process, {a.episodes} episodes (PSS){label}",
-                   value=round(gib if not extrapolated else estimate, 2), unit="GiB", workload=workload,
-                   aim=f"<= {AIM_GIB:g} GiB for 1,024 (issue 20 aim 2)",
-                   meets_aim=((gib if not extrapolated else estimate) <= AIM_GIB) if a.episodes >= 1024 else None),
-            Figure(name=f"processes for {opened} episodes", value=len(pids), unit="processes", workload=workload),
-        ]
-        if lat:
-            rate = (ok + err) / a.seconds
-            rec.figures += [
-                Figure(name=f"aggregate read calls/s, {n} open episodes", value=round(rate, 1), unit="calls/s",
-                       workload=workload, aim=f">= {AIM_RATE:g}/s (issue 20 aim 2)",
-                       meets_aim=(rate >= AIM_RATE) if n >= 1024 else None),
-                Figure(name=f"read call latency, {n} open episodes", value=round(statistics.median(lat) * 1e3, 2),
-                       unit="ms", median=round(statistics.median(lat) * 1e3, 2), p99=round(p99(lat) * 1e3, 2),
-                       workload=workload, aim=f"p99 <= {AIM_P99_MS:g} ms (issue 20 aim 2)",
-                       meets_aim=(p99(lat) * 1e3 <= AIM_P99_MS) if n >= 1024 else None),
-            ]
-        rec.notes += [f"{len(errors)} episodes failed to open" + (f": {errors[:3]}" if errors else ""),
-                      f"{err} of {ok + err} calls answered with a tool error (counted in the rate)",
-                      f"{answering} of {n} episodes answered a last call after the run",
-                      "design measured: one sandbox worker per episode (zygote + the episode's child); "
-                      "many episodes per worker is not built yet"]
+        workload = (f"real: {Path(a.workspace).name}, {a.episodes} episodes over {len(calls)} domains "
+                    f"(gold read calls of read-only scenarios), {a.threads} caller threads, "
+                    f"{'quick' if a.quick else 'full'}")
+        for per_worker in (1, a.per_worker):  # side by side, same run
+            measure(rec, ws, calls, a, per_worker, workload)
         rows = "\n".join(f"| {f.name} | {f.value:g} {f.unit} | {f.p99 if f.p99 is not None else '—'} | {f.aim or '—'} |"
                          for f in rec.figures)
         rec.write(f"Live episodes, {workload}.\n\n| figure | value | p99 | aim |\n|---|---|---|---|\n{rows}\n\n"
