@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from agentscaler.catalog import Catalog  # noqa: E402
 from agentscaler.workspace import Workspace  # noqa: E402
 from benchmarks.results_io import Figure, Recorder  # noqa: E402
+from tasks.evaluation.report import demo_path  # noqa: E402
 
 STAGES = ["ingest", "discover", "build", "collect", "gold_replay", "train", "evaluate_base", "evaluate_trained"]
 FUNNEL = [("tools", "tools"), ("domains", "domains"), ("environments", "environments (with the tau2 verticals)"),
@@ -107,7 +108,7 @@ def main() -> None:
         ws = Path(a.workspace) if a.workspace else Path(tmp) / "ws"
         if not a.workspace:
             run_demo(ws, minutes)
-        path = ws / "reports" / "demo.json"
+        path = demo_path(Workspace(ws))
         demo = json.loads(path.read_text()) if path.exists() else from_catalog(ws)
         if demo is None:
             raise SystemExit(f"{path} missing and no finished pipeline run in {ws}'s catalog: not a demo workspace")

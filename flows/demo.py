@@ -25,7 +25,7 @@ from typing import Any
 
 from agentscaler.workspace import Workspace, atomic_write_json
 from flows.pipeline import pipeline_flow
-from tasks.evaluation.report import write_report
+from tasks.evaluation.report import demo_path, write_report
 
 DEMO = {
     "sources": ["bfcl", "tau2", "nestful"],
@@ -98,12 +98,6 @@ def demo_plan(minutes: float) -> dict[str, Any]:
     if plan["domains_limit"] >= DOMAINS:
         plan["domains_limit"] = None  # every domain
     return plan
-
-
-def demo_path(ws: Workspace) -> Path:
-    """reports/demo.json: the last demo's result (funnel, closed loop, wall time per stage and in all),
-    what benchmarks/bench_demo.py turns into the README's demo figures."""
-    return ws.reports_dir / "demo.json"
 
 
 def run_demo(workspace: Path, minutes: float = 20, **overrides: Any) -> dict[str, Any]:

@@ -474,6 +474,12 @@ def comparison_path(ws: Workspace, name: str) -> Path:
     return ws.reports_dir / f"comparison-{name}.json"
 
 
+def demo_path(ws: Workspace) -> Path:
+    """reports/demo.json: the last demo's result (funnel, closed loop, wall time per stage and in all; flows/demo.py
+    writes it), what benchmarks/bench_demo.py turns into the README's demo figures."""
+    return ws.reports_dir / "demo.json"
+
+
 def _comparisons(ws: Workspace) -> list[tuple[str, dict[str, Any]]]:
     return [(p.stem.removeprefix("comparison-"), json.loads(p.read_text("utf-8")))
             for p in sorted(ws.reports_dir.glob("comparison-*.json"))]
