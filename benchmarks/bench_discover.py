@@ -82,7 +82,7 @@ def synthetic_tools(n: int, seed: int = 0, domain_size: int = 20):
 
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 sys.path.insert(0, {root!r})
 from agentscaler.workspace import Workspace
 from tasks.discover.config import DiscoverConfig
@@ -90,7 +90,8 @@ from tasks.discover.discover import discover
 t = time.perf_counter()
 s = discover(Workspace({ws!r}), cfg=DiscoverConfig(embedding={emb!r}), force={force!r}, draw=True)
 s["wall_s"] = time.perf_counter() - t
-s["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM: this process image's own peak (ru_maxrss survives execve, so it would carry the parent's size at fork)
+s["peak_rss_mib"] = int(next(ln for ln in open("/proc/self/status") if ln.startswith("VmHWM")).split()[1]) / 1024
 print("RESULT" + json.dumps(s))
 """
 
