@@ -22,8 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import random
+import shutil
 import statistics
 import subprocess
 import sys
