@@ -19,8 +19,10 @@ from agentscaler.workspace import Workspace
 from envs.episode import Environment
 from tasks.rollouts.conversation import trajectory_id
 from tasks.rollouts.gold import gold_trajectory
+from tasks.scenarios.build import build_scenarios
 from tasks.verify.replay import Replayer
 from tasks.verify.verify import verify_run, verify_trajectories
+from tests.conftest import load_shop_builder
 
 
 def _breaks(g: Trajectory) -> list[Trajectory]:
@@ -102,3 +104,63 @@ def test_a_run_at_once_decides_as_one_trajectory_at_a_time(ws: Workspace, run: l
     assert () in kinds and len(kinds) >= 7  # honest ones passed; the breaks failed in their own ways
     assert {"recorded_state_mismatch", "output_mismatch", "unknown_tool", "invalid_arguments", "malformed_dialogue",
             "turn_limit", "repetition", "state_mismatch"} <= {r for k in kinds for r in k}
+
+
+def test_nothing_of_one_trajectory_reaches_the_next_in_a_batch(tmp_path) -> None:
+    """One domain's trajectories replayed in one sandbox child and one round trip: a row one
+    trajectory wrote and a module global its tool code set are gone for the next. Honest records
+    (each made in a fresh child, as the rollout engine makes them) agree with the shared replay
+    outright (none is replayed again alone), and records showing the previous trajectory's row or
+    global are rejected exactly as when each is verified alone."""
+    ws = Workspace(tmp_path)
+    dest = load_shop_builder()(ws.domain_dir("shop"))
+    (dest / "tools.py").write_text((dest / "tools.py").read_text() + "\n\n_CALLS = [0]\n_get_user = get_user\n\n\n"
+                                   "def get_user(db, user_id):\n    _CALLS[0] += 1\n"
+                                   "    return {**_get_user(db, user_id), 'calls': _CALLS[0]}\n")
+    build_scenarios(ws, "shop", per_domain=12, seed=1)
+    scenarios = load_scenarios(ws, "shop")
+    read = next(s for s in scenarios if s.read_only)
+    user = next(c.arguments["user_id"] for s in scenarios for c in s.gold_calls if "user_id" in c.arguments)
+    wrote, look = ("update_email", {"user_id": user, "email": "carried@over.org"}), ("get_user", {"user_id": user})
+    with Environment.open(dest) as e:
+        trajs = []
+        for k in range(3):  # write then read, then a read that must see the seed again
+            trajs.append(_record(e, read, [wrote, look], k))
+            trajs.append(_record(e, read, [look], 10 + k))
+        carried = _record(e, read, [look], 20)
+    assert '"calls": 1' in tool_text(trajs[1]) and "carried@over.org" not in tool_text(trajs[1])
+    row = carried.model_copy(deep=True, update={"id": "row"})  # shows the row the trajectory before it wrote
+    row.messages[3]["content"] = tool_text(trajs[0], 1)
+    glob = carried.model_copy(deep=True, update={"id": "global"})  # shows the global the one before it set
+    glob.messages[3]["content"] = tool_text(carried).replace('"calls": 1', '"calls": 2')
+    batch = trajs + [row, trajs[0].model_copy(deep=True, update={"id": "again"}), glob]
+    rep = verify_trajectories(ws, batch)
+    assert rep["replay"]["replayed_fresh"] == 2  # only the two forged records disagreed with the shared replay
+    alone = []
+    with Replayer(ws.root / "domains") as rp:
+        for t in batch:
+            one = t.model_copy(deep=True, update={"verdict": None})
+            verify_trajectories(ws, [one], replayer=rp, threads=1)
+            alone.append(one)
+    assert [t.verdict for t in batch] == [t.verdict for t in alone]
+    faithful = {"output_mismatch", "recorded_state_mismatch"}
+    assert all(not faithful & set(t.verdict.reasons) for t in batch if t.id not in ("row", "global"))
+    assert {t.id: t.verdict.reasons for t in batch if t.id in ("row", "global")} == {
+        "row": ["output_mismatch", "call_mismatch"], "global": ["output_mismatch", "call_mismatch"]}
+
+
+def _record(e: Environment, s, calls: list, k: int) -> Trajectory:
+    """An honest trajectory on scenario s making `calls` in a fresh episode (as a rollout records it)."""
+    e.reset()
+    msgs: list[dict] = [{"role": "system", "content": "agent"}, {"role": "user", "content": s.intent}]
+    for i, (name, args) in enumerate(calls):
+        msgs.append({"role": "assistant", "tool_calls": [{"id": f"x{i}", "type": "function", "function": {
+            "name": name, "arguments": json.dumps(args)}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"x{i}", "name": name, "content": e.call(name, args).text()})
+    msgs += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "Thanks ###STOP###"}]
+    return Trajectory(id=trajectory_id("t", s.id, k), run_id="t", scenario_id=s.id, domain=s.domain, trial=k,
+                      messages=msgs, final_hash=e.state_hash(), end_reason="user_stop")
+
+
+def tool_text(t: Trajectory, i: int = 0) -> str:
+    return [m for m in t.messages if m["role"] == "tool"][i]["content"]
