@@ -164,3 +164,24 @@ def _record(e: Environment, s, calls: list, k: int) -> Trajectory:
 
 def tool_text(t: Trajectory, i: int = 0) -> str:
     return [m for m in t.messages if m["role"] == "tool"][i]["content"]
+
+
+def test_a_verdict_put_into_the_line_gives_the_object_a_full_rewrite_gives(run: list[Trajectory]) -> None:
+    """_with_verdict splices the verdict into a line that ends in `"verdict":null}` and names no
+    other "verdict"; whatever the line, the result parses to the line's object, verdict replaced."""
+    from agentscaler.models import Verdict
+    from tasks.verify.verify import _with_verdict
+
+    t = run[0].model_copy(deep=True, update={"verdict": None})
+    plain = t.model_dump_json().encode()
+    nested = t.model_copy(deep=True)
+    nested.messages[1]["content"] = 'say "verdict": null}'  # the word in a string: escaped, still spliced
+    nested.tools = [*nested.tools, {"type": "function", "function": {"name": "x", "verdict": None}}]  # a second key
+    judged = t.model_copy(deep=True, update={"verdict": Verdict(passed=True)})
+    for line in (plain, plain + b"\n", nested.model_dump_json().encode(), judged.model_dump_json().encode()):
+        for v in (Verdict(passed=True), Verdict(passed=False, reasons=["state_mismatch"], attribution="agent",
+                                                diff=[{"table": "t", "key": "k", "expected": 1, "actual": 2}])):
+            t.verdict = v
+            out = _with_verdict(t, line)
+            assert out.endswith(b"}\n") and out.count(b"\n") == 1
+            assert json.loads(out) == {**json.loads(line), "verdict": v.model_dump()}
