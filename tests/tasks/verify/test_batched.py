@@ -23,6 +23,7 @@ from tasks.scenarios.build import build_scenarios
 from tasks.verify.replay import Replayer
 from tasks.verify.verify import verify_run, verify_trajectories
 from tests.conftest import load_shop_builder
+from tests.tasks.verify.test_verify import record
 
 
 def _breaks(g: Trajectory) -> list[Trajectory]:
@@ -125,9 +126,9 @@ def test_nothing_of_one_trajectory_reaches_the_next_in_a_batch(tmp_path) -> None
     with Environment.open(dest) as e:
         trajs = []
         for k in range(3):  # write then read, then a read that must see the seed again
-            trajs.append(_record(e, read, [wrote, look], k))
-            trajs.append(_record(e, read, [look], 10 + k))
-        carried = _record(e, read, [look], 20)
+            trajs.append(record(e, read, [wrote, look], k))
+            trajs.append(record(e, read, [look], 10 + k))
+        carried = record(e, read, [look], 20)
     assert '"calls": 1' in tool_text(trajs[1]) and "carried@over.org" not in tool_text(trajs[1])
     row = carried.model_copy(deep=True, update={"id": "row"})  # shows the row the trajectory before it wrote
     row.messages[3]["content"] = tool_text(trajs[0], 1)
@@ -147,19 +148,6 @@ def test_nothing_of_one_trajectory_reaches_the_next_in_a_batch(tmp_path) -> None
     assert all(not faithful & set(t.verdict.reasons) for t in batch if t.id not in ("row", "global"))
     assert {t.id: t.verdict.reasons for t in batch if t.id in ("row", "global")} == {
         "row": ["output_mismatch", "call_mismatch"], "global": ["output_mismatch", "call_mismatch"]}
-
-
-def _record(e: Environment, s, calls: list, k: int) -> Trajectory:
-    """An honest trajectory on scenario s making `calls` in a fresh episode (as a rollout records it)."""
-    e.reset()
-    msgs: list[dict] = [{"role": "system", "content": "agent"}, {"role": "user", "content": s.intent}]
-    for i, (name, args) in enumerate(calls):
-        msgs.append({"role": "assistant", "tool_calls": [{"id": f"x{i}", "type": "function", "function": {
-            "name": name, "arguments": json.dumps(args)}}]})
-        msgs.append({"role": "tool", "tool_call_id": f"x{i}", "name": name, "content": e.call(name, args).text()})
-    msgs += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "Thanks ###STOP###"}]
-    return Trajectory(id=trajectory_id("t", s.id, k), run_id="t", scenario_id=s.id, domain=s.domain, trial=k,
-                      messages=msgs, final_hash=e.state_hash(), end_reason="user_stop")
 
 
 def tool_text(t: Trajectory, i: int = 0) -> str:
