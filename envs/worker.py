@@ -296,7 +296,6 @@ class Worker:
         except (OSError, SyntaxError, ValueError) as exc:
             self.load_error = self._load_failure(exc)
         self.tools: dict[str, Any] = {}
-        self.used = False  # a tool ran since tools.py was last run (its module globals may have changed)
         self._pending = b""
         self._poll = select.poll()
         self.hygiene = True  # undo signal tricks after each call; off when seccomp forbids them
@@ -320,7 +319,6 @@ class Worker:
 
     def load_tools(self) -> None:
         """Run tools.py (tool code's first run: only in a child, never in the zygote)."""
-        self.used = False
         if self.code is None:
             return
         mod = type(sys)("domain_tools")
@@ -397,7 +395,6 @@ class Worker:
         """(reply, the content as the JSON text the agent sees; b"" on errors). Every check on the
         result runs before a write commits: a call that is reported failed leaves no trace."""
         fn = self.tools.get(name)
-        self.used = True
         if fn is None:
             if self.load_error:
                 return {"ok": False, "error": self.load_error}, b""
@@ -446,16 +443,18 @@ class Worker:
         committed a write go in the payload; the reply gives their lengths: per call [true, n] or
         [false, error], per episode the image's length or -1 when nothing was committed (reads and
         failed calls are rolled back: the episode ended at the seed)."""
-        conn, parts, out, dirty = self.conn, [], [], True
+        # tools.py runs afresh before the first episode too: tool code may have run in this child
+        # before the round trip (calls, an earlier round trip), changing its module globals
+        conn, parts, out, dirty, ran = self.conn, [], [], True, True
         for calls in episodes:
             if conn.in_transaction:
                 conn.rollback()
             if dirty:
                 self.guard.load(self.seed, same_schema=True)
-            if self.used:  # tool code ran since tools.py last did: in this round trip, or before it
+            if ran:
                 self.tools = {}
                 self.load_tools()
-            results, dirty = [], False
+            results, dirty, ran = [], False, bool(calls)
             for name, args, kind in calls:
                 res, text = self.run_tool(name, args, kind)
                 if res["ok"]:
