@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -107,7 +108,7 @@ def test_a_run_at_once_decides_as_one_trajectory_at_a_time(ws: Workspace, run: l
             "turn_limit", "repetition", "state_mismatch"} <= {r for k in kinds for r in k}
 
 
-def test_nothing_of_one_trajectory_reaches_the_next_in_a_batch(tmp_path) -> None:
+def test_nothing_of_one_trajectory_reaches_the_next_in_a_batch(tmp_path: Path) -> None:
     """One domain's trajectories replayed in one sandbox child and one round trip: a row one
     trajectory wrote and a module global its tool code set are gone for the next. Honest records
     (each made in a fresh child, as the rollout engine makes them) agree with the shared replay
@@ -162,11 +163,12 @@ def test_a_verdict_put_into_the_line_gives_the_object_a_full_rewrite_gives(run: 
 
     t = run[0].model_copy(deep=True, update={"verdict": None})
     plain = t.model_dump_json().encode()
+    quoted = t.model_copy(deep=True)
+    quoted.messages[1]["content"] = 'say "verdict": null}'  # the word in a string: escaped, still spliced
     nested = t.model_copy(deep=True)
-    nested.messages[1]["content"] = 'say "verdict": null}'  # the word in a string: escaped, still spliced
     nested.tools = [*nested.tools, {"type": "function", "function": {"name": "x", "verdict": None}}]  # a second key
     judged = t.model_copy(deep=True, update={"verdict": Verdict(passed=True)})
-    for line in (plain, plain + b"\n", nested.model_dump_json().encode(), judged.model_dump_json().encode()):
+    for line in (plain, plain + b"\n", *(x.model_dump_json().encode() for x in (quoted, nested, judged))):
         for v in (Verdict(passed=True), Verdict(passed=False, reasons=["state_mismatch"], attribution="agent",
                                                 diff=[{"table": "t", "key": "k", "expected": 1, "actual": 2}])):
             t.verdict = v
