@@ -103,7 +103,9 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ws = Workspace(workspace_path())
     summary = Catalog(ws.catalog_path).domain_summary()
     if as_json:
-        emit({"domains": [{k: d[k] for k in ("domain", "status", "attempts", "error", "worker")} for d in summary["domains"]],
+        # stages: which steps a domain went through (a discovered, unbuilt domain reads done at discover)
+        emit({"domains": [{k: d[k] for k in ("domain", "status", "attempts", "error", "worker", "stages")}
+                          for d in summary["domains"]],
               "counts": summary["counts"]})
         return
     table = Table(title=f"domains in {ws.root}")
