@@ -170,7 +170,7 @@ def test_cli_triggered_build_waits_to_completed_with_artifacts(prod):
     status = cli(prod["home"], prod["url"], "-w", str(ws.root), "status", "--json")
     domains = json.loads(status.stdout)["domains"]
     assert domains and all(d["status"] == "done" for d in domains)
-    assert all(d["stages"]["discover"] == d["stages"]["synthesize"] == "done" for d in domains), domains
+    assert all(d["stages"]["synthesize"] == "done" for d in domains), domains  # which steps, per domain
     assert {d["worker"].split("@")[0] for d in domains} == {"w1", "w2"}, domains  # one batch each
 
     async def artifacts(client):
