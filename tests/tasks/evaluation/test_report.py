@@ -4,6 +4,8 @@ evaluation figures from hand-built verdicts (the test is about our report, not a
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -17,12 +19,20 @@ from tasks.scenarios.build import build_scenarios
 from tests.conftest import load_shop_builder
 
 
-@pytest.fixture()
-def ws(tmp_path) -> Workspace:
-    ws = Workspace(tmp_path / "ws")
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The shop domain with its scenarios, built once for the module."""
+    ws = Workspace(tmp_path_factory.mktemp("built") / "ws")
     load_shop_builder()(ws.domain_dir("shop"))
     build_scenarios(ws, "shop", per_domain=4, seed=5)
-    return ws
+    return ws.root
+
+
+@pytest.fixture()
+def ws(built: Path, tmp_path: Path) -> Workspace:
+    """A fresh copy of the built workspace per test (each writes its own runs and reports)."""
+    shutil.copytree(built, tmp_path / "ws")
+    return Workspace(tmp_path / "ws")
 
 
 def _run(ws: Workspace, run_id: str) -> None:
