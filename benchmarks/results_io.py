@@ -111,7 +111,7 @@ class Recorder:
         return Results(benchmark=self.benchmark, commit=commit(),
                        started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.t0)),
                        seconds=getattr(self, "seconds", round(time.time() - self.t0, 2)), machine=machine(),
-                       load_start=self.load_start, load_end=getattr(self, "load_end", self.load_start),
+                       load_start=self.load_start, load_end=getattr(self, "load_end", None) or [round(x, 2) for x in os.getloadavg()],
                        layers=self.layers, figures=self.figures, notes=self.notes)
 
     def write(self, markdown: str, out_dir: Path = RESULTS) -> Path:

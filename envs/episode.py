@@ -27,6 +27,7 @@ from typing import Any
 from agentscaler.schemas import check, value_problem
 from envs import store
 from envs.fastcheck import flat_checker
+from envs.hosted import EpisodeSlot, HostedWorker, SlotLost
 from envs.sandbox import RequestTooLarge, SandboxError, WorkerCrashed, WorkerProcess
 from envs.spec import DomainSpec
 from envs.state import StateOracle
@@ -94,7 +95,7 @@ class ToolResult:
 class Environment:
     """One domain's environment. Not thread-safe: use one per concurrent episode."""
 
-    def __init__(self, domain_dir: Path, spec: DomainSpec, worker: WorkerProcess):
+    def __init__(self, domain_dir: Path, spec: DomainSpec, worker: WorkerProcess | EpisodeSlot):
         self.domain_dir = Path(domain_dir)
         self.spec = spec
         self.worker = worker
@@ -123,7 +124,9 @@ class Environment:
         """Start the sandboxed worker for domain_dir. Raises SandboxError when isolation is missing
         (unless unsafe) or, with check_code, when tools.py fails to load. spin_us: how long caller
         and worker busy-wait for each other before sleeping (default: envs.sandbox.default_spin_us).
-        memory_mb: each worker process's budget, scratch_mb of it the scratch tmpfs."""
+        memory_mb: each worker process's budget, scratch_mb of it the scratch tmpfs. The worker dies
+        with the thread that opened it (its parent-death signal is per thread): open on a thread
+        that outlives the environment."""
         domain_dir = Path(domain_dir)
         try:
             spec = DomainSpec.load(domain_dir)
@@ -136,6 +139,22 @@ class Environment:
             worker.close()
             raise SandboxError(f"{domain_dir}: {worker.load_error}")
         return cls(domain_dir, spec, worker)
+
+    @classmethod
+    def open_hosted(cls, domain_dir: Path | str, episodes: int, **kw: Any) -> list["Environment"]:
+        """`episodes` Environments of one domain served by ONE sandbox worker (envs.hosted): each
+        its own seed copy, connection and tools.py namespace in the worker's child, taking turns
+        on its pipe. For many live episodes (RL) at a fraction of the processes and memory of one
+        worker each; the trade (one interpreter per worker) is in envs.hosted. Takes open()'s
+        keyword arguments."""
+        first = cls.open(domain_dir, **kw)
+        first.closed = True  # its worker now belongs to the slots (closing `first` would stop it)
+        host = HostedWorker(first.worker)
+        try:
+            return [cls(first.domain_dir, first.spec, host.new_slot()) for _ in range(episodes)]
+        except (WorkerCrashed, SandboxError) as exc:
+            first.worker.close()
+            raise SandboxError(f"{domain_dir}: could not open hosted episodes: {exc}") from None
 
     @property
     def isolation(self) -> dict[str, bool]:
@@ -240,6 +259,8 @@ class Environment:
             return ToolResult(False, None, f"arguments of {name} are not JSON-serializable: {exc}")
         except WorkerCrashed as exc:
             self._recover(before)
+            if isinstance(exc, SlotLost) and not self._failed:  # nothing ran: the episode is rebuilt, go on
+                return self.call(name, args)
             return ToolResult(False, None, f"tool {name} {exc}; the sandbox was restarted")
         if reply.get("ok") is True:
             if kind == "write":

@@ -58,6 +58,30 @@ READ_CHUNK = 1 << 16
 # The reply pipe's capacity (Linux default 64 kB): a replay's reply carries many database images,
 # and each pipeful costs both sides a sleep and a wake-up. Pages are taken only while data waits.
 REPLY_PIPE_BYTES = 1 << 20
+SCRATCH_PREFIX = "agentscaler-worker-"  # + the owner's pid + "-": a dead owner's folder can be found
+
+
+@lru_cache(maxsize=1)
+def _sweep_orphan_scratch() -> int:
+    """Remove scratch folders whose owner died without `stop()` (SIGKILL, OOM kill, os._exit).
+
+    Once per process, before its first worker. A folder is removed only when its name carries a pid
+    that no longer runs and it belongs to this uid; a live pid (even a reused one) keeps its folder.
+    Returns how many were removed.
+    """
+    removed = 0
+    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = path.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or path.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+        except OSError:
+            continue  # gone meanwhile, or a live process of another user
+    return removed
 
 
 class SandboxError(RuntimeError):
@@ -235,7 +259,8 @@ class WorkerProcess:
         for key, default in (("code_path", "tools.py"), ("seed_path", "seed.sqlite")):
             if not (self.domain_dir / spec.get(key, default)).is_file():
                 raise SandboxError(f"{self.domain_dir}: {spec.get(key, default)} is missing")
-        self._scratch = tempfile.mkdtemp(prefix="agentscaler-worker-")
+        _sweep_orphan_scratch()
+        self._scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._log = tempfile.TemporaryFile(prefix="agentscaler-worker-log-")
         try:

@@ -296,6 +296,10 @@ class Worker:
         except (OSError, SyntaxError, ValueError) as exc:
             self.load_error = self._load_failure(exc)
         self.tools: dict[str, Any] = {}
+        # Hosted episodes (envs.hosted): slot id -> (conn, guard, db, tools); the fields above are
+        # the current slot's. Slot 0 is the child's own episode.
+        self.slots: dict[int, tuple[Any, Any, Any, dict[str, Any]]] = {}
+        self.slot = 0
         self._pending = b""
         self._poll = select.poll()
         self.hygiene = True  # undo signal tricks after each call; off when seccomp forbids them
@@ -515,8 +519,47 @@ class Worker:
         signal.setitimer(signal.ITIMER_PROF, 0)
 
     # dispatch -----------------------------------------------------------------------------------
+    def _switch(self, slot: int) -> None:
+        """Make `slot` the current episode (its connection, db helper and tool functions)."""
+        if slot == self.slot:
+            return
+        if slot not in self.slots and slot != 0:
+            raise KeyError(f"episode slot {slot} is not open")
+        self.slots[self.slot] = (self.conn, self.guard, self.db, self.tools)
+        self.conn, self.guard, self.db, self.tools = self.slots.pop(slot)
+        self.slot = slot
+
+    def open_slot(self, slot: int) -> None:
+        """A hosted episode from the seed, with tools.py run afresh for it (module globals of one
+        episode do not reach another); an open slot of that id is replaced."""
+        if slot == 0:
+            raise ValueError("slot 0 is the child's own episode")
+        self.close_slot(slot)
+        self.slots[self.slot] = (self.conn, self.guard, self.db, self.tools)
+        conn = store.open_episode(self.seed)
+        conn.execute("PRAGMA temp_store = MEMORY")
+        self.conn, self.guard, self.db, self.tools = conn, guard_connection(conn, self.time_limit), DB(conn, self.spec), {}
+        self.slot = slot
+        self.load_tools()
+
+    def close_slot(self, slot: int) -> None:
+        if slot == self.slot:
+            self._switch(0)
+        got = self.slots.pop(slot, None) if slot != 0 else None
+        if got is not None:
+            got[0].close()
+
     def handle(self, req: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         op = req.get("op")
+        slot = req.get("ep")
+        if slot is not None:
+            if op == "open_ep":
+                self.open_slot(int(slot))
+                return {"ok": True, "load_error": self.load_error}, b""
+            if op == "close_ep":
+                self.close_slot(int(slot))
+                return {"ok": True}, b""
+            self._switch(int(slot))
         if op == "call":
             # The content goes as the payload, encoded once: the parent hands the text to the agent
             # and parses it only if someone reads ToolResult.content.

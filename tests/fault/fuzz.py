@@ -7,8 +7,10 @@ AssertionError; any other exception escaping is a crash, a bug. TRIED counts inp
 
 from __future__ import annotations
 
+import atexit
 import json
 import random
+import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -25,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CORPORA = ROOT / "tests" / "data" / "corpora"
 TRIED: Counter = Counter()
 _TMP = Path(tempfile.mkdtemp(prefix="agentscaler-fuzz-"))
+atexit.register(shutil.rmtree, _TMP, True)  # one folder per process; it used to stay behind in /tmp
 
 KEYS = ["api_list", "tools", "function", "functions", "parameters", "name", "description", "properties",
         "required", "type", "inputSchema", "query_parameters", "output_parameters", "answers", "query", "result",

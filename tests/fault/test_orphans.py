@@ -6,15 +6,18 @@ server with SmolLM2, real sandbox workers."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from envs.sandbox import bwrap_works
+from envs.sandbox import SCRATCH_PREFIX, _sweep_orphan_scratch, bwrap_works
 from tests.fault.orphans import descendants, wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,4 +107,15 @@ def test_a_process_holding_an_environment_leaves_no_worker_behind(tmp_path, mode
         pytest.skip("bubblewrap cannot create namespaces here")
     shop = str(ROOT / "tests" / "data" / "domains" / "shop")
     proc = _start([sys.executable, "-c", ENVIRONMENT_IN_A_SCRIPT, str(tmp_path / "shop"), shop, mode], "ready", 60)
+    tmp = Path(tempfile.gettempdir())
+    assert list(tmp.glob(f"{SCRATCH_PREFIX}{proc.pid}-*")), "the worker's scratch folder does not name its owner"
     _signal_and_check(proc, sig, f"Environment ({mode})")
+    # A dead owner's scratch folder (left by SIGKILL) goes at the next process's first worker;
+    # a live owner's folder stays.
+    live = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+    try:
+        _sweep_orphan_scratch.__wrapped__()
+        assert not list(tmp.glob(f"{SCRATCH_PREFIX}{proc.pid}-*")), "a dead owner's scratch folder stayed"
+        assert live.is_dir(), "a live owner's scratch folder was removed"
+    finally:
+        shutil.rmtree(live, ignore_errors=True)
