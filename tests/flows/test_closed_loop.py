@@ -7,7 +7,6 @@ The SmolLM2 loop itself is benchmarks/closed_loop.py: hours of CPU."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from agentscaler.workspace import Workspace
 from flows.closed_loop import ClosedLoopConfig, closed_loop, gold_replay_run, stage_config, train_domains
 from tasks.rollouts.gold import GOLD_AGENT
 from tasks.scenarios.build import build_scenarios
-from tests.conftest import load_shop_builder
+from tests.conftest import copy_workspace, load_shop_builder
 from training.config import StageConfig
 
 
@@ -35,8 +34,7 @@ def built(tmp_path_factory) -> Path:
 @pytest.fixture()
 def ws(built: Path, tmp_path: Path) -> Workspace:
     """A fresh copy of the built workspace per test (each writes its own runs, or changes scenarios)."""
-    shutil.copytree(built, tmp_path / "ws")
-    return Workspace(tmp_path / "ws")
+    return copy_workspace(built, tmp_path)
 
 
 def test_gold_replay_builds_verified_labelled_trajectories(ws):

@@ -9,7 +9,6 @@ and per scenario length, and agent experience kept apart from gold replays in ev
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,7 +19,7 @@ from agentscaler.models import GOLD_REPLAY
 from agentscaler.workspace import Workspace
 from tasks.evaluation.contamination import check_contamination
 from tasks.scenarios.build import build_scenarios
-from tests.conftest import load_shop_builder
+from tests.conftest import copy_workspace, load_shop_builder
 from tests.scripted_endpoint import scripted_endpoint
 
 
@@ -37,8 +36,7 @@ def built(tmp_path_factory) -> Path:
 @pytest.fixture()
 def ws(built: Path, tmp_path: Path) -> Workspace:
     """A fresh copy of the built workspace per test (each writes its own runs, or must find none)."""
-    shutil.copytree(built, tmp_path / "ws")
-    return Workspace(tmp_path / "ws")
+    return copy_workspace(built, tmp_path)
 
 
 def test_rejection_sampling_collects_labels_and_counts_apart(ws, prefect_harness):

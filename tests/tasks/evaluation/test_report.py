@@ -4,7 +4,6 @@ evaluation figures from hand-built verdicts (the test is about our report, not a
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from tasks.evaluation.evaluate import eval_path, summarize
 from tasks.evaluation.compare import compare
 from tasks.evaluation.report import comparison_path, funnel, funnel_markdown, funnel_runs, report_markdown, write_report
 from tasks.scenarios.build import build_scenarios
-from tests.conftest import load_shop_builder
+from tests.conftest import copy_workspace, load_shop_builder
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +30,7 @@ def built(tmp_path_factory) -> Path:
 @pytest.fixture()
 def ws(built: Path, tmp_path: Path) -> Workspace:
     """A fresh copy of the built workspace per test (each writes its own runs and reports)."""
-    shutil.copytree(built, tmp_path / "ws")
-    return Workspace(tmp_path / "ws")
+    return copy_workspace(built, tmp_path)
 
 
 def _run(ws: Workspace, run_id: str) -> None:
