@@ -128,15 +128,16 @@ def read_trajectories(path: Path) -> Iterator[tuple[str, Trajectory | None, str 
         yield where, traj, reason, detail
 
 
-def read_trajectory_rows(path: Path) -> Iterator[tuple[str, Trajectory | None, str | None, str, dict | None]]:
-    """read_trajectories with each line's JSON object as read (None where orjson refused the line):
-    a writer that changes only the verdict encodes that again rather than the whole model
-    (tasks.verify.verify). The object shares its values with the trajectory: read, do not change.
+def read_trajectory_rows(path: Path) -> Iterator[tuple[str, Trajectory | None, str | None, str, bytes | None]]:
+    """read_trajectories with each line as read (bytes, None where orjson refused it): a writer
+    that changes only the verdict puts the new one into the line rather than encoding the whole
+    trajectory again (tasks.verify.verify).
 
     Parsed with orjson, then validated (3x faster than pydantic's own JSON parser on these lines,
     most of whose bytes are the tools' schemas); a line orjson refuses (NaN, lone surrogates,
-    integers over 64 bits, or not JSON) goes to pydantic's parser, which decides as before."""
-    with open(path, encoding="utf-8") as fh:
+    integers over 64 bits, bytes that are not UTF-8, or not JSON) goes to pydantic's parser,
+    which decides as before."""
+    with open(path, "rb") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -147,12 +148,12 @@ def read_trajectory_rows(path: Path) -> Iterator[tuple[str, Trajectory | None, s
                 except orjson.JSONDecodeError:
                     yield where, Trajectory.model_validate_json(line), None, "", None
                 else:
-                    yield where, Trajectory.model_validate(raw), None, "", raw
+                    yield where, Trajectory.model_validate(raw), None, "", line
             except ValidationError as exc:
                 try:
                     json.loads(line)
-                except json.JSONDecodeError as jexc:
-                    yield where, None, "malformed_json", f"not JSON ({jexc.msg})", None
+                except ValueError as jexc:  # not JSON, or not UTF-8
+                    yield where, None, "malformed_json", f"not JSON ({getattr(jexc, 'msg', None) or jexc})", None
                     continue
                 yield where, None, "invalid_trajectory", str(exc).splitlines()[0], None
 

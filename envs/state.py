@@ -250,6 +250,7 @@ class _Image:
 
     def __init__(self, data: bytes):
         self.deadline = float("inf")
+        self.loading = False  # deserialize() running: its own ATTACH is let through (see reload)
         self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA trusted_schema = OFF")
         register_functions(self.conn)
@@ -261,16 +262,25 @@ class _Image:
     def reload(self, data: bytes) -> None:
         """Hold another image on the same connection (a third cheaper than a new one). Never use
         dbstat afterwards (SQLite 3.40 crashes); the schema is parsed again from the new image,
-        with the authorizer on (deserialize itself is refused by it, and runs nothing of the image)."""
-        self.conn.set_authorizer(None)
+        with the authorizer on: while deserialize runs it lets through the one ATTACH that
+        deserialize itself executes, and nothing else (deserialize runs nothing of the image).
+        The authorizer is not installed again: that would expire every prepared statement, and
+        preparing the state queries anew made each reload 4-6x dearer. The caller expires them
+        (expire()) when the image's schema is not the one they were prepared on."""
+        self.loading = True
         try:
             self.conn.deserialize(data)
         finally:
-            self.conn.set_authorizer(self._authorize)
+            self.loading = False
         self.reloaded = True
 
-    @staticmethod
-    def _authorize(action: int, arg1: Any, arg2: Any, dbname: Any, trigger: Any) -> int:
+    def expire(self) -> None:
+        """Make every prepared statement prepare (and be authorized) again on its next use."""
+        self.conn.set_authorizer(self._authorize)
+
+    def _authorize(self, action: int, arg1: Any, arg2: Any, dbname: Any, trigger: Any) -> int:
+        if self.loading:
+            return sqlite3.SQLITE_OK if action == sqlite3.SQLITE_ATTACH else sqlite3.SQLITE_DENY
         if action in _IMAGE_DENY or (action == sqlite3.SQLITE_PRAGMA and arg2 is not None):
             return sqlite3.SQLITE_DENY
         if action == sqlite3.SQLITE_UPDATE and arg1 != "sqlite_master":  # SQLite's own schema load asks
@@ -297,6 +307,13 @@ class _Image:
 def _page_size(image: bytes) -> int:
     ps = int.from_bytes(image[16:18], "big") if len(image) >= 100 else 0
     return 65536 if ps == 1 else ps
+
+
+def _layout(image: bytes) -> bytes:
+    """The file-header fields prepared statements depend on: page size, file format, reserved
+    bytes, payload fractions (16-23), schema cookie and format, text encoding and the rest of
+    40-67. Writes to rows change none of them (they change the counters at 24-39 and 92-99)."""
+    return image[16:24] + image[40:68]
 
 
 def changed_pages(a: bytes, b: bytes) -> set[int] | None:
@@ -341,6 +358,8 @@ class StateOracle:
         self.seed_digests = dict(self.digests)
         self.seed_keyed: dict[str, tuple] = {}
         self.seed_schema = self.schema
+        self.seed_layout = _layout(seed)
+        self.prepared_on_seed = True  # the connection's prepared statements were prepared on the seed's schema
         self.pages = self._pages(self.names)  # the seed's pages of each table
 
     def _digest(self, names: Any) -> dict[str, str]:
@@ -375,6 +394,12 @@ class StateOracle:
         self.db.reload(image)
         self.image = image
         self.schema = self.db.schema()
+        # The state queries stay prepared across reloads while the image is laid out as the seed
+        # (the same schema rows, root pages included, and header fields); else they prepare again.
+        seed_like = self.schema == self.seed_schema and _layout(image) == self.seed_layout
+        if not (seed_like and self.prepared_on_seed):
+            self.db.expire()
+        self.prepared_on_seed = seed_like
         if changed is None or self.pages is None or self.schema != self.seed_schema:
             dirty: set[str] = set(self.names)
         else:

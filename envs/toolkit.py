@@ -168,6 +168,7 @@ class Guard:
         self.time_limit_s = time_limit_s
         self.tool_mode = False
         self.deadline = float("inf")
+        self.loading = False  # a deserialize() in progress: its own ATTACH is let through (see load)
         conn.set_authorizer(self._authorize)
         try:
             conn.enable_load_extension(False)
@@ -176,6 +177,8 @@ class Guard:
         conn.set_progress_handler(self._progress, 2000)
 
     def _authorize(self, action: int, arg1: Any, arg2: Any, dbname: Any, trigger: Any) -> int:
+        if self.loading:
+            return sqlite3.SQLITE_OK if action == sqlite3.SQLITE_ATTACH else sqlite3.SQLITE_DENY
         if action in _DENY_ALWAYS:
             return sqlite3.SQLITE_DENY
         if action == sqlite3.SQLITE_PRAGMA:
@@ -188,10 +191,21 @@ class Guard:
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
 
-    def load(self, data: bytes) -> None:
+    def load(self, data: bytes, same_schema: bool = False) -> None:
         """Replace the connection's database with an in-memory copy of data (deserialize is
         refused under the authorizer, so it is lifted for the duration). Re-installing the
-        authorizer expires every prepared statement, so each is authorized again after the load."""
+        authorizer expires every prepared statement, so each is authorized again after the load.
+        same_schema (data is the image the connection already held at the start: the seed again,
+        between verification's episodes): the authorizer stays, letting deserialize's own ATTACH
+        through, and the prepared statements stay prepared, as they do from one call to the next
+        (their schema is the same; preparing them again was most of a replayed episode's cost)."""
+        if same_schema:
+            self.loading = True
+            try:
+                self.conn.deserialize(data)
+            finally:
+                self.loading = False
+            return
         self.conn.set_authorizer(None)
         try:
             self.conn.deserialize(data)

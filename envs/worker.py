@@ -447,12 +447,14 @@ class Worker:
         committed a write go in the payload; the reply gives their lengths: per call [true, n] or
         [false, error], per episode the image's length or -1 when nothing was committed (reads and
         failed calls are rolled back: the episode ended at the seed)."""
-        conn, parts, out, dirty, ran = self.conn, [], [], True, False
+        # tools.py runs afresh before the first episode too: tool code may have run in this child
+        # before the round trip (calls, an earlier round trip), changing its module globals
+        conn, parts, out, dirty, ran = self.conn, [], [], True, True
         for calls in episodes:
             if conn.in_transaction:
                 conn.rollback()
             if dirty:
-                self.guard.load(self.seed)
+                self.guard.load(self.seed, same_schema=True)
             if ran:
                 self.tools = {}
                 self.load_tools()

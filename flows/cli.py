@@ -103,7 +103,9 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ws = Workspace(workspace_path())
     summary = Catalog(ws.catalog_path).domain_summary()
     if as_json:
-        emit({"domains": [{k: d[k] for k in ("domain", "status", "attempts", "error", "worker")} for d in summary["domains"]],
+        # stages: which steps a domain went through (a discovered, unbuilt domain reads done at discover)
+        emit({"domains": [{k: d[k] for k in ("domain", "status", "attempts", "error", "worker", "stages")}
+                          for d in summary["domains"]],
               "counts": summary["counts"]})
         return
     table = Table(title=f"domains in {ws.root}")
@@ -553,7 +555,12 @@ def show_scenarios(domain: Optional[str] = typer.Option(None, "--domain", help="
 def _endpoint(llm: str | None, ws: Workspace, checkpoint: Path | None = None, engine: str = "llama",
               precision: str = "f16") -> Iterator[list[str]]:
     """agentscaler.endpoints.serve for a command (the local server logs to reports/llm-server.log);
-    a local server that does not start, or a checkpoint that does not export, ends the command with its message."""
+    a local server that does not start, or a checkpoint that does not export, ends the command with its message.
+
+    A remote endpoint with a Prefect server configured (PREFECT_API_URL): each request holds one
+    slot of the `vllm-endpoint` limit, as in the flows, so stage commands count with the workers."""
+    if not is_local(llm) and os.environ.get("PREFECT_API_URL"):
+        import flows.common  # noqa: F401 - installs the slot factory; Prefect loads in seconds: only here
     with contextlib.ExitStack() as stack:
         try:
             urls = stack.enter_context(serve(llm, checkpoint=checkpoint, engine=engine, precision=precision,

@@ -391,7 +391,7 @@ def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, e
     try:
         t0 = time.perf_counter()
         trajs: list[Trajectory] = []
-        raws: list[dict | None] = []  # each line's JSON object as read (the verdict alone is encoded again)
+        raws: list[bytes | None] = []  # each line as read (the verdict alone is encoded again)
         unreadable: list[str] = []
         for where, traj, _, detail, raw in read_trajectory_rows(path):
             if traj is None:
@@ -424,12 +424,23 @@ def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, e
     return report
 
 
-def _with_verdict(traj: Trajectory, raw: dict | None) -> bytes:
-    """The trajectory's line with its verdict: the JSON object it was read from, its verdict
-    replaced (orjson: a fifth of the time of dumping the model again), else the model dumped."""
-    if raw is not None:
+# How our writers end a line whose trajectory has no verdict yet (pydantic's model_dump_json).
+NO_VERDICT = b',"verdict":null}'
+
+
+def _with_verdict(traj: Trajectory, line: bytes | None) -> bytes:
+    """The trajectory's line with its verdict. A line that ends in `"verdict":null}` and names no
+    other "verdict" gets the verdict in its place (that member is the object's last, and its only
+    one: the same object as the line's with the verdict replaced, the rest kept byte for byte);
+    any other line read by orjson is parsed again and dumped with the verdict replaced; a line
+    orjson refused, the model dumped."""
+    verdict = traj.verdict.model_dump() if traj.verdict else None
+    if line is not None:
+        body = line.rstrip()
         try:
-            return orjson.dumps({**raw, "verdict": traj.verdict.model_dump() if traj.verdict else None}) + b"\n"
+            if body.endswith(NO_VERDICT) and body.count(b'"verdict"') == 1:
+                return body[:-len(NO_VERDICT)] + b',"verdict":' + orjson.dumps(verdict) + b"}\n"
+            return orjson.dumps({**orjson.loads(line), "verdict": verdict}) + b"\n"
         except (TypeError, orjson.JSONEncodeError):
             pass  # a value of the verdict's diff orjson will not encode: the model's own encoder
     return traj.model_dump_json().encode("utf-8") + b"\n"

@@ -55,7 +55,7 @@ def test_status_command_reads_the_server_catalog(pg_url, tmp_path, monkeypatch):
     assert res.returncode == 0, res.stderr
     rows = {d["domain"]: d for d in json.loads(res.stdout)["domains"]}
     assert rows["pg-domain"]["status"] == "failed" and "on the server" in rows["pg-domain"]["error"]
-    assert rows["pg-domain"]["worker"]
+    assert rows["pg-domain"]["worker"] and rows["pg-domain"]["stages"] == {"synthesize": "failed"}
     assert not ws.catalog_path.exists()
     with psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://")) as conn:  # the table itself
         row = conn.execute("SELECT status, last_error FROM domain_stages WHERE domain = 'pg-domain'").fetchone()

@@ -34,7 +34,12 @@ def test_compose_config_with_the_real_compose():
                              capture_output=True, text=True, cwd=ROOT)
         assert res.returncode == 0, res.stderr
         services = yaml.safe_load(res.stdout)["services"]
-        assert {"postgres", "prefect-server", "prefect-services", "cpu-worker"} <= set(services)
+        assert {"postgres", "catalog-db", "prefect-server", "prefect-services", "cpu-worker"} <= set(services)
+        workers = ["cpu-worker", "gpu-worker"] if profile else ["cpu-worker"]
+        for name in workers:  # the catalog on the compose PostgreSQL, not on the volume's SQLite file
+            url = services[name]["environment"]["AGENTSCALER_CATALOG_URL"]
+            assert url.startswith("postgresql+psycopg://") and "@catalog-db:5432/" in url, (name, url)
+            assert services[name]["depends_on"]["catalog-db"]["condition"] == "service_healthy"
         if profile:
             assert {"gpu-worker", "vllm", "trainer"} <= set(services)
             assert services["gpu-worker"]["environment"]["AGENTSCALER_LLM_URL"] == "http://vllm:8000/v1"
@@ -54,7 +59,7 @@ def test_images_carry_the_extras_their_deployments_need():
 
 def test_compose_services_are_complete():
     services = _compose()["services"]
-    for name in ("postgres", "prefect-server", "cpu-worker", "gpu-worker", "vllm", "trainer"):
+    for name in ("postgres", "catalog-db", "prefect-server", "cpu-worker", "gpu-worker", "vllm", "trainer"):
         assert name in services, name
     for name, svc in services.items():
         assert "image" in svc or "build" in svc, f"{name}: no image or build"
@@ -66,7 +71,7 @@ def test_compose_services_are_complete():
             assert dep in services, f"{name} depends on unknown {dep}"
             if cond.get("condition") == "service_healthy":
                 assert "healthcheck" in services[dep], f"{name} waits for {dep}'s health, which has no check"
-    for name in ("postgres", "prefect-server", "cpu-worker", "vllm"):
+    for name in ("postgres", "catalog-db", "prefect-server", "cpu-worker", "vllm"):
         assert "healthcheck" in services[name], name
     assert services["vllm"]["profiles"] == ["gpu"]
     assert "--enable-auto-tool-choice" in services["vllm"]["command"]

@@ -1,11 +1,15 @@
 """Production for real: one `prefect server start` for the module (temporary PREFECT_HOME, loopback),
-`agentscaler deploy`, process workers on cpu-pool, CLI-triggered and scheduled runs to Completed,
-artifacts read back through the API, and the vllm-endpoint slot held per request."""
+the run catalog on a PostgreSQL from Debian's package (AGENTSCALER_CATALOG_URL, as worker hosts
+share it; the workspace's SQLite file only where PostgreSQL cannot run here, and then the test
+that checks the server catalog is skipped with the reason), `agentscaler deploy`, process workers
+on cpu-pool, CLI-triggered and scheduled runs to Completed, artifacts read back through the API,
+and the vllm-endpoint slot held per request."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -17,14 +21,19 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
-from agentscaler.catalog import Catalog
+from agentscaler.catalog import CATALOG_URL_ENV, Base, Catalog, engine_for
 from agentscaler.llm_server import free_port
 from agentscaler.workspace import Workspace
 from tests.deployments.prefect_server import BIN, ROOT, cli, prefect_server, server_env, start_worker, stop
+from tests.postgres_server import postgres_server, why_not
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "corpora"
 pytestmark = pytest.mark.slow
+# Why the catalog cannot go on PostgreSQL here (then it stays on the workspace's SQLite file), or None.
+NO_POSTGRES = why_not() or (None if importlib.util.find_spec("psycopg") else
+                            "the postgres extra is not installed (pip install -e '.[postgres]')")
 
 
 def _discovered(root: Path) -> Workspace:
@@ -50,27 +59,33 @@ def prod(tmp_path_factory):
     starts, and the second `deploy` (the idempotency check) runs while the workers start."""
     root = tmp_path_factory.mktemp("prod")
     home = root / "prefect-home"
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with contextlib.ExitStack() as stack:
+        # The catalog on its own server, as worker hosts share it: this process, the CLI and the
+        # workers (server_env copies this environment) all write there; stopped last.
+        pg = None if NO_POSTGRES else stack.enter_context(postgres_server())
+        if pg:
+            stack.enter_context(pytest.MonkeyPatch.context()).setenv(CATALOG_URL_ENV, pg)
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
         discovered = pool.submit(_discovered, root)
-        with prefect_server(home) as url:
-            ws = discovered.result()
-            res = cli(home, url, "-w", str(ws.root), "deploy", "--json")
-            assert res.returncode == 0, res.stderr
-            again = subprocess.Popen([str(BIN / "agentscaler"), "-w", str(ws.root), "deploy", "--json"],
-                                     env=server_env(home, url), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, cwd=ROOT)
-            # started outside the checkout: the deployments' pull step cds to the project
-            workers = {"w0": start_worker(home, url, "cpu-pool", "w0", cwd=root, queue="default"),
-                       "w1": start_worker(home, url, "cpu-pool", "w1", cwd=root, limit=1, queue="batches"),
-                       "w2": start_worker(home, url, "cpu-pool", "w2", cwd=root, limit=1, queue="batches")}
-            try:
-                out, err = again.communicate(timeout=600)
-                yield {"url": url, "home": home, "ws": ws, "fresh": Workspace(root / "fresh"),
-                       "deployed": json.loads(res.stdout), "redeployed": (again.returncode, out, err), "root": root,
-                       "workers": workers}
-            finally:
-                stop(*workers.values())
-                _drain_to(url)
+        url = stack.enter_context(prefect_server(home))
+        ws = discovered.result()
+        res = cli(home, url, "-w", str(ws.root), "deploy", "--json")
+        assert res.returncode == 0, res.stderr
+        again = subprocess.Popen([str(BIN / "agentscaler"), "-w", str(ws.root), "deploy", "--json"],
+                                 env=server_env(home, url), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, cwd=ROOT)
+        # started outside the checkout: the deployments' pull step cds to the project
+        workers = {"w0": start_worker(home, url, "cpu-pool", "w0", cwd=root, queue="default"),
+                   "w1": start_worker(home, url, "cpu-pool", "w1", cwd=root, limit=1, queue="batches"),
+                   "w2": start_worker(home, url, "cpu-pool", "w2", cwd=root, limit=1, queue="batches")}
+        try:
+            out, err = again.communicate(timeout=600)
+            yield {"url": url, "home": home, "ws": ws, "fresh": Workspace(root / "fresh"),
+                   "deployed": json.loads(res.stdout), "redeployed": (again.returncode, out, err), "root": root,
+                   "workers": workers, "catalog_url": pg}
+        finally:
+            stop(*workers.values())
+            _drain_to(url)
 
 
 def _drain_to(url: str) -> None:
@@ -155,6 +170,7 @@ def test_cli_triggered_build_waits_to_completed_with_artifacts(prod):
     status = cli(prod["home"], prod["url"], "-w", str(ws.root), "status", "--json")
     domains = json.loads(status.stdout)["domains"]
     assert domains and all(d["status"] == "done" for d in domains)
+    assert all(d["stages"]["synthesize"] == "done" for d in domains), domains  # which steps, per domain
     assert {d["worker"].split("@")[0] for d in domains} == {"w1", "w2"}, domains  # one batch each
 
     async def artifacts(client):
@@ -182,6 +198,20 @@ def test_cli_triggered_build_waits_to_completed_with_artifacts(prod):
         assert any(log.message.startswith("scenarios ") and f" {d['domain']}: " in log.message for log in logs), d
 
 
+def test_the_catalog_is_on_the_postgresql_server(prod):
+    """What the build above recorded (each domain done, by w1 or w2) is in the server's table, read
+    by SQL, not through our Catalog; the workspace holds no catalog file."""
+    if prod["catalog_url"] is None:
+        pytest.skip(f"catalog on the workspace's SQLite file: {NO_POSTGRES}")
+    ws = prod["ws"]
+    with engine_for(ws.catalog_path).connect() as conn:
+        assert conn.engine.dialect.name == "postgresql"
+        rows = conn.execute(text("SELECT domain, status, worker FROM domain_stages")).all()
+    built = {domain: (status, worker) for domain, status, worker in rows if status == "done"}
+    assert len(built) >= 2 and {w.split("@")[0] for _, w in built.values()} == {"w1", "w2"}, rows
+    assert not ws.catalog_path.exists()
+
+
 def test_collect_batches_run_on_the_pool_as_deployment_runs(prod):
     """collect_experience with batch_deployment (as the collect-experience deployment sets it): each
     batch of one domain is a collect-batch run that w1 or w2 takes; the rollout rows name them, and
@@ -207,13 +237,15 @@ def test_collect_batches_run_on_the_pool_as_deployment_runs(prod):
 
 
 def test_schedule_a_few_seconds_ahead_runs_on_a_worker(prod):
-    """A schedule anchored 5 s ahead: the server's scheduler makes the run, the worker completes it."""
+    """A schedule anchored 30 s ahead: the server's scheduler makes the run, the worker completes it.
+    (The scheduler only makes runs still ahead of it: with 5 s, a loaded machine passed the anchor
+    before the scheduler looked, and the first run was an hour away.)"""
     from prefect.client.schemas.actions import DeploymentScheduleCreate
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
     from prefect.client.schemas.schedules import IntervalSchedule
 
     dep_id = next(d["id"] for d in prod["deployed"]["deployments"] if d["name"] == "retry-failed/retry-failed")
-    anchor = datetime.now(timezone.utc) + timedelta(seconds=5)
+    anchor = datetime.now(timezone.utc) + timedelta(seconds=30)
 
     async def add(client):
         await client.create_deployment_schedules(dep_id, [DeploymentScheduleCreate(
@@ -271,9 +303,17 @@ def test_each_request_holds_one_vllm_endpoint_slot(prod):
 
 def test_killed_worker_leaves_failed_domains_that_retry_builds_once(prod):
     """w2 is killed (with its flow run) mid-batch: its domains end failed with the reason, never
-    running; retry-failed on the server then builds exactly them, and every domain is built once."""
+    running; retry-failed on the server then builds exactly them, and every domain is built once.
+
+    The fresh workspace is an unbuilt copy of the discovered one. Its catalog: on SQLite the copied
+    file; on the PostgreSQL catalog (one database per workspace) the server's, emptied here first,
+    as a new workspace starts on a new database; the first workspace's tests are all done."""
     ws = prod["fresh"]
     catalog = Catalog(ws.catalog_path)
+    if prod["catalog_url"]:
+        with engine_for(ws.catalog_path).begin() as conn:
+            for table in reversed(Base.metadata.sorted_tables):
+                conn.execute(table.delete())
     build = subprocess.Popen([str(BIN / "agentscaler"), "-w", str(ws.root), "build", "--deployment", "build-environments",
                               "--wait", "--per-domain", "12", "--batch-size", "1", "--json"],
                              env=server_env(prod["home"], prod["url"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,

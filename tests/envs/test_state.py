@@ -221,3 +221,35 @@ def test_the_oracle_after_a_hostile_image_hashes_the_next_one_right():
     for bad in (b"not a database" * 512, bytes(view.serialize())):
         assert oracle.hash(bad) not in (oracle.hash(seed), plan.state_hash(conn))
         assert oracle.hash(honest) == plan.state_hash(conn) != oracle.hash(seed)
+
+
+def test_the_oracle_prepares_again_for_an_image_laid_out_otherwise():
+    """The oracle keeps its state queries prepared across images laid out as the seed. An image
+    whose tables sit at other root pages, its schema cookie forged to the seed's so SQLite itself
+    would not notice, is hashed as a full recompute hashes it, and so is the honest one after it."""
+    from envs.state import StateOracle
+
+    rows = {"users": [(f"u{i}", f"u{i}@x", 1.0, "t") for i in range(5)], "items": [(1, "a", 1, 1.0, None)]}
+    conn = _db(POLICY + EXACT, rows)
+    seed = bytes(conn.serialize())
+    plan = StatePlan(POLICY + EXACT)
+    oracle = StateOracle(POLICY + EXACT, seed)
+    conn.execute("UPDATE items SET qty = 2")
+    honest = bytes(conn.serialize())
+    other = sqlite3.connect(":memory:", isolation_level=None)
+    other.execute("CREATE TABLE pad (x)")
+    tables = EXACT + POLICY  # created in another order: every table at another root page
+    for t in tables:
+        cols = ", ".join(f'"{c.name}"' for c in t.columns)
+        other.execute(f'CREATE TABLE "{t.name}" ({cols}, PRIMARY KEY ({", ".join(t.primary_key)}))')
+    other.execute("INSERT INTO items VALUES (1, 'b', 7, 3.0, NULL)")
+    other.execute("INSERT INTO users VALUES ('z', 'z@x', 9.0, 't')")
+    forged = bytearray(other.serialize())
+    forged[40:44] = seed[40:44]  # the seed's schema cookie
+    forged = bytes(forged)
+    check = _db([], {})
+    check.deserialize(forged)
+    for _ in range(2):
+        assert oracle.hash(honest) == plan.state_hash(conn)
+        assert oracle.hash(forged) == plan.state_hash(check) != oracle.hash(seed)
+        assert oracle.hash(seed) == plan.state_hash(_db(POLICY + EXACT, rows))

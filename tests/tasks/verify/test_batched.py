@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -19,8 +20,11 @@ from agentscaler.workspace import Workspace
 from envs.episode import Environment
 from tasks.rollouts.conversation import trajectory_id
 from tasks.rollouts.gold import gold_trajectory
+from tasks.scenarios.build import build_scenarios
 from tasks.verify.replay import Replayer
 from tasks.verify.verify import verify_run, verify_trajectories
+from tests.conftest import load_shop_builder
+from tests.tasks.verify.test_verify import record
 
 
 def _breaks(g: Trajectory) -> list[Trajectory]:
@@ -102,3 +106,72 @@ def test_a_run_at_once_decides_as_one_trajectory_at_a_time(ws: Workspace, run: l
     assert () in kinds and len(kinds) >= 7  # honest ones passed; the breaks failed in their own ways
     assert {"recorded_state_mismatch", "output_mismatch", "unknown_tool", "invalid_arguments", "malformed_dialogue",
             "turn_limit", "repetition", "state_mismatch"} <= {r for k in kinds for r in k}
+
+
+def test_nothing_of_one_trajectory_reaches_the_next_in_a_batch(tmp_path: Path) -> None:
+    """One domain's trajectories replayed in one sandbox child and one round trip: a row one
+    trajectory wrote and a module global its tool code set are gone for the next. Honest records
+    (each made in a fresh child, as the rollout engine makes them) agree with the shared replay
+    outright (none is replayed again alone), and records showing the previous trajectory's row or
+    global are rejected exactly as when each is verified alone."""
+    ws = Workspace(tmp_path)
+    dest = load_shop_builder()(ws.domain_dir("shop"))
+    (dest / "tools.py").write_text((dest / "tools.py").read_text() + "\n\n_CALLS = [0]\n_get_user = get_user\n\n\n"
+                                   "def get_user(db, user_id):\n    _CALLS[0] += 1\n"
+                                   "    return {**_get_user(db, user_id), 'calls': _CALLS[0]}\n")
+    build_scenarios(ws, "shop", per_domain=12, seed=1)
+    scenarios = load_scenarios(ws, "shop")
+    read = next(s for s in scenarios if s.read_only)
+    user = next(c.arguments["user_id"] for s in scenarios for c in s.gold_calls if "user_id" in c.arguments)
+    wrote, look = ("update_email", {"user_id": user, "email": "carried@over.org"}), ("get_user", {"user_id": user})
+    with Environment.open(dest) as e:
+        trajs = []
+        for k in range(3):  # write then read, then a read that must see the seed again
+            trajs.append(record(e, read, [wrote, look], k))
+            trajs.append(record(e, read, [look], 10 + k))
+        carried = record(e, read, [look], 20)
+    assert '"calls": 1' in tool_text(trajs[1]) and "carried@over.org" not in tool_text(trajs[1])
+    row = carried.model_copy(deep=True, update={"id": "row"})  # shows the row the trajectory before it wrote
+    row.messages[3]["content"] = tool_text(trajs[0], 1)
+    glob = carried.model_copy(deep=True, update={"id": "global"})  # shows the global the one before it set
+    glob.messages[3]["content"] = tool_text(carried).replace('"calls": 1', '"calls": 2')
+    batch = trajs + [row, trajs[0].model_copy(deep=True, update={"id": "again"}), glob]
+    rep = verify_trajectories(ws, batch)
+    assert rep["replay"]["replayed_fresh"] == 2  # only the two forged records disagreed with the shared replay
+    alone = []
+    with Replayer(ws.root / "domains") as rp:
+        for t in batch:
+            one = t.model_copy(deep=True, update={"verdict": None})
+            verify_trajectories(ws, [one], replayer=rp, threads=1)
+            alone.append(one)
+    assert [t.verdict for t in batch] == [t.verdict for t in alone]
+    faithful = {"output_mismatch", "recorded_state_mismatch"}
+    assert all(not faithful & set(t.verdict.reasons) for t in batch if t.id not in ("row", "global"))
+    assert {t.id: t.verdict.reasons for t in batch if t.id in ("row", "global")} == {
+        "row": ["output_mismatch", "call_mismatch"], "global": ["output_mismatch", "call_mismatch"]}
+
+
+def tool_text(t: Trajectory, i: int = 0) -> str:
+    return [m for m in t.messages if m["role"] == "tool"][i]["content"]
+
+
+def test_a_verdict_put_into_the_line_gives_the_object_a_full_rewrite_gives(run: list[Trajectory]) -> None:
+    """_with_verdict splices the verdict into a line that ends in `"verdict":null}` and names no
+    other "verdict"; whatever the line, the result parses to the line's object, verdict replaced."""
+    from agentscaler.models import Verdict
+    from tasks.verify.verify import _with_verdict
+
+    t = run[0].model_copy(deep=True, update={"verdict": None})
+    plain = t.model_dump_json().encode()
+    quoted = t.model_copy(deep=True)
+    quoted.messages[1]["content"] = 'say "verdict": null}'  # the word in a string: escaped, still spliced
+    nested = t.model_copy(deep=True)
+    nested.tools = [*nested.tools, {"type": "function", "function": {"name": "x", "verdict": None}}]  # a second key
+    judged = t.model_copy(deep=True, update={"verdict": Verdict(passed=True)})
+    for line in (plain, plain + b"\n", *(x.model_dump_json().encode() for x in (quoted, nested, judged))):
+        for v in (Verdict(passed=True), Verdict(passed=False, reasons=["state_mismatch"], attribution="agent",
+                                                diff=[{"table": "t", "key": "k", "expected": 1, "actual": 2}])):
+            t.verdict = v
+            out = _with_verdict(t, line)
+            assert out.endswith(b"}\n") and out.count(b"\n") == 1
+            assert json.loads(out) == {**json.loads(line), "verdict": v.model_dump()}

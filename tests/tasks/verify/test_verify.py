@@ -59,7 +59,7 @@ def gold(env: Environment, s: Scenario) -> Trajectory:
     return gold_trajectory(s, env, env.tools(), "You are an agent.", "t")
 
 
-def record(env: Environment, s: Scenario, calls: list[tuple[str, Any]]) -> Trajectory:
+def record(env: Environment, s: Scenario, calls: list[tuple[str, Any]], trial: int = 0) -> Trajectory:
     """An honest trajectory making `calls`: each runs in a fresh episode and its tool message holds
     what it returned, as the rollout engine records it."""
     env.reset()
@@ -68,8 +68,8 @@ def record(env: Environment, s: Scenario, calls: list[tuple[str, Any]]) -> Traje
         msgs.append(_call(i, name, args))
         msgs.append({"role": "tool", "tool_call_id": f"x{i}", "name": name, "content": env.call(name, args).text()})
     msgs += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "Thanks ###STOP###"}]
-    return Trajectory(id=trajectory_id("t", s.id, 0), run_id="t", scenario_id=s.id, domain=s.domain, messages=msgs,
-                      final_hash=env.state_hash(), final_diff=env.diff(), end_reason="user_stop")
+    return Trajectory(id=trajectory_id("t", s.id, trial), run_id="t", scenario_id=s.id, domain=s.domain, trial=trial,
+                      messages=msgs, final_hash=env.state_hash(), final_diff=env.diff(), end_reason="user_stop")
 
 
 def _call(i: int, name: str, args: object) -> dict:
