@@ -14,6 +14,7 @@ import pytest
 
 from agentscaler.catalog import CATALOG_URL_ENV, Catalog
 from agentscaler.workspace import Workspace
+from tests.agentscaler.catalog_writers import hammer_server
 from tests.postgres_server import postgres_server, why_not
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed (pip install -e '.[postgres]')")
@@ -26,18 +27,8 @@ def pg_url():
         yield url
 
 
-def _hammer(url: str, worker: int) -> None:
-    """Every process marks the same 10 domains running (attempts + 1 each), then its own 10 done."""
-    os.environ[CATALOG_URL_ENV] = url
-    cat = Catalog(Path("/nonexistent/catalog.sqlite"))
-    for i in range(10):
-        cat.mark(f"shared-{i}", "synthesize", "running")
-        cat.mark(f"own{worker}-{i}", "synthesize", "running")
-        cat.mark(f"own{worker}-{i}", "synthesize", "done")
-
-
 def test_concurrent_processes_lose_no_update(pg_url, tmp_path, monkeypatch):
-    procs = [mp.get_context("spawn").Process(target=_hammer, args=(pg_url, w)) for w in range(3)]
+    procs = [mp.get_context("spawn").Process(target=hammer_server, args=(pg_url, w)) for w in range(3)]
     for p in procs:
         p.start()
     for p in procs:

@@ -13,6 +13,7 @@ from agentscaler.catalog import Catalog
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text, read_jsonl
+from tests.agentscaler.catalog_writers import mark_many, open_catalog
 
 
 def test_content_hash_is_key_order_independent():
@@ -84,17 +85,10 @@ def test_catalog_records_the_worker_and_opens_an_older_file(tmp_path: Path, monk
     assert cat.stage_status("new", "synthesize")["worker"] == f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _mark_many(path: str, worker: int) -> None:
-    cat = Catalog(Path(path))
-    for i in range(30):
-        cat.mark(f"d{worker}-{i}", "synthesize", "running")
-        cat.mark(f"d{worker}-{i}", "synthesize", "done")
-
-
 def test_catalog_survives_concurrent_writers(tmp_path: Path):
     path = str(tmp_path / "catalog.sqlite")
     Catalog(Path(path))
-    procs = [mp.get_context("spawn").Process(target=_mark_many, args=(path, w)) for w in range(3)]
+    procs = [mp.get_context("spawn").Process(target=mark_many, args=(path, w)) for w in range(3)]
     for p in procs:
         p.start()
     for p in procs:
@@ -138,14 +132,10 @@ def test_toolstore_roundtrip(tmp_path: Path):
     assert load_tools(tmp_path / "tools.parquet") == tools
 
 
-def _open_catalog(path: str) -> None:
-    Catalog(Path(path)).mark("d", "synthesize", "running")
-
-
 def test_new_catalog_opened_by_many_processes_at_once(tmp_path: Path):
     """Creating the tables is serialized: no 'table already exists' when runs start together."""
     path = str(tmp_path / "fresh" / "catalog.sqlite")
-    procs = [mp.get_context("spawn").Process(target=_open_catalog, args=(path,)) for _ in range(4)]
+    procs = [mp.get_context("spawn").Process(target=open_catalog, args=(path,)) for _ in range(4)]
     for p in procs:
         p.start()
     for p in procs:

@@ -7,6 +7,7 @@ The SmolLM2 loop itself is benchmarks/closed_loop.py: hours of CPU."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,14 +16,28 @@ from agentscaler.workspace import Workspace
 from flows.closed_loop import ClosedLoopConfig, closed_loop, gold_replay_run, stage_config, train_domains
 from tasks.rollouts.gold import GOLD_AGENT
 from tasks.scenarios.build import build_scenarios
-from tests.conftest import load_shop_builder
+from tests.conftest import copy_workspace, load_shop_builder
 from training.config import StageConfig
 
 
-def test_gold_replay_builds_verified_labelled_trajectories(tmp_path):
-    ws = Workspace(tmp_path / "ws")
-    load_shop_builder()(ws.domain_dir("shop"))
-    build_scenarios(ws, "shop", per_domain=4, seed=0, heldout_fraction=0.0)
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """Two copies of the shop domain, built once for the module: one whose scenarios are all train,
+    one all held out."""
+    ws = Workspace(tmp_path_factory.mktemp("built") / "ws")
+    for name, held in (("shop", 0.0), ("shopheld", 1.0)):
+        load_shop_builder()(ws.domain_dir(name))
+        build_scenarios(ws, name, per_domain=4, seed=0, heldout_fraction=held)
+    return ws.root
+
+
+@pytest.fixture()
+def ws(built: Path, tmp_path: Path) -> Workspace:
+    """A fresh copy of the built workspace per test (each writes its own runs, or changes scenarios)."""
+    return copy_workspace(built, tmp_path)
+
+
+def test_gold_replay_builds_verified_labelled_trajectories(ws):
     scenarios = [s for s in load_scenarios(ws, "shop") if s.split == "train"]
     assert scenarios
     rep = gold_replay_run(ws, ["shop"], run_id="gold")
@@ -40,11 +55,8 @@ def test_gold_replay_builds_verified_labelled_trajectories(tmp_path):
         assert t.messages[-2]["role"] == "assistant" and t.messages[-2]["content"].startswith("Done.")
 
 
-def test_gold_replay_of_a_wrong_gold_call_fails_verification(tmp_path):
+def test_gold_replay_of_a_wrong_gold_call_fails_verification(ws):
     """A tampered scenario (different arguments than its gold hash) is rejected like any trajectory."""
-    ws = Workspace(tmp_path / "ws")
-    load_shop_builder()(ws.domain_dir("shop"))
-    build_scenarios(ws, "shop", per_domain=4, seed=0, heldout_fraction=0.0)
     path = ws.domain_dir("shop") / "scenarios.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     victim = next(r for r in rows if not r["read_only"])
@@ -54,17 +66,7 @@ def test_gold_replay_of_a_wrong_gold_call_fails_verification(tmp_path):
     assert rep["passed"] == rep["written"] - 1
 
 
-def _shop_workspace(root) -> Workspace:
-    """Two copies of the shop domain: one whose scenarios are all train, one all held out."""
-    ws = Workspace(root)
-    for name, held in (("shop", 0.0), ("shopheld", 1.0)):
-        load_shop_builder()(ws.domain_dir(name))
-        build_scenarios(ws, name, per_domain=4, seed=0, heldout_fraction=held)
-    return ws
-
-
-def test_train_domains_are_the_train_split_in_a_fixed_order(tmp_path):
-    ws = _shop_workspace(tmp_path / "ws")
+def test_train_domains_are_the_train_split_in_a_fixed_order(ws):
     assert train_domains(ws) == ["shop"]
 
 
@@ -80,8 +82,7 @@ def test_stage_config_is_a_valid_stage_yaml_with_the_memory_settings(tmp_path):
 
 
 @pytest.mark.slow
-def test_closed_loop_end_to_end_with_the_tiny_model(tmp_path):
-    ws = _shop_workspace(tmp_path / "ws")
+def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     cfg = ClosedLoopConfig(base_model="tiny", eval_scenarios=2, eval_domains=1, max_prompt_tokens=4096, k=2,
                            tau2=False, max_turns=1, max_steps=1, max_tokens=24, session_length=2048, max_length=2048,
                            budget_minutes=0.05, eval_every_minutes=0.01, eval_max_rows=2, grad_accum=1, bf16=False,

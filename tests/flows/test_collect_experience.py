@@ -9,6 +9,7 @@ and per scenario length, and agent experience kept apart from gold replays in ev
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -18,17 +19,24 @@ from agentscaler.models import GOLD_REPLAY
 from agentscaler.workspace import Workspace
 from tasks.evaluation.contamination import check_contamination
 from tasks.scenarios.build import build_scenarios
-from tests.conftest import load_shop_builder
+from tests.conftest import copy_workspace, load_shop_builder
 from tests.scripted_endpoint import scripted_endpoint
 
 
-@pytest.fixture()
-def ws(tmp_path) -> Workspace:
-    ws = Workspace(tmp_path / "ws")
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The two domains with their scenarios, built once for the module."""
+    ws = Workspace(tmp_path_factory.mktemp("built") / "ws")
     for d in ("shop", "shopb"):  # domain_split: "shop" is a train domain, "shopb" a held-out one
         load_shop_builder()(ws.domain_dir(d))
         build_scenarios(ws, d, per_domain=6, seed=3)
-    return ws
+    return ws.root
+
+
+@pytest.fixture()
+def ws(built: Path, tmp_path: Path) -> Workspace:
+    """A fresh copy of the built workspace per test (each writes its own runs, or must find none)."""
+    return copy_workspace(built, tmp_path)
 
 
 def test_rejection_sampling_collects_labels_and_counts_apart(ws, prefect_harness):

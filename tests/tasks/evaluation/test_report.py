@@ -4,6 +4,7 @@ evaluation figures from hand-built verdicts (the test is about our report, not a
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,15 +15,22 @@ from tasks.evaluation.evaluate import eval_path, summarize
 from tasks.evaluation.compare import compare
 from tasks.evaluation.report import comparison_path, funnel, funnel_markdown, funnel_runs, report_markdown, write_report
 from tasks.scenarios.build import build_scenarios
-from tests.conftest import load_shop_builder
+from tests.conftest import copy_workspace, load_shop_builder
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The shop domain with its scenarios, built once for the module."""
+    ws = Workspace(tmp_path_factory.mktemp("built") / "ws")
+    load_shop_builder()(ws.domain_dir("shop"))
+    build_scenarios(ws, "shop", per_domain=4, seed=5)
+    return ws.root
 
 
 @pytest.fixture()
-def ws(tmp_path) -> Workspace:
-    ws = Workspace(tmp_path / "ws")
-    load_shop_builder()(ws.domain_dir("shop"))
-    build_scenarios(ws, "shop", per_domain=4, seed=5)
-    return ws
+def ws(built: Path, tmp_path: Path) -> Workspace:
+    """A fresh copy of the built workspace per test (each writes its own runs and reports)."""
+    return copy_workspace(built, tmp_path)
 
 
 def _run(ws: Workspace, run_id: str) -> None:

@@ -75,20 +75,17 @@ def test_read_only_intent_asks_for_no_change(spec: DomainSpec) -> None:
 
 @pytest.mark.llm
 @pytest.mark.slow
-def test_llm_writer_with_the_local_server(tmp_path: Path) -> None:
-    """The real local llama.cpp server (SmolLM2): each intent is the model's text when it names every
-    user value, else the template's; either way the check passes."""
-    pytest.importorskip("llama_cpp")
+def test_llm_writer_with_the_local_server(tmp_path: Path, local_llm: str) -> None:
+    """The real local llama.cpp server (SmolLM2, the session's one server): each intent is the model's
+    text when it names every user value, else the template's; either way the check passes."""
     from agentscaler.llm import LLMClient
-    from agentscaler.llm_server import local_server
     from agentscaler.workspace import read_jsonl
     from tasks.scenarios.build import build_scenarios
     from tasks.scenarios.intents import llm_intent_writer
 
     d = build_shop(tmp_path / "shop")
-    with local_server() as url:
-        client = LLMClient(url)
-        report = build_scenarios(d, "shop", per_domain=3, max_length=2, seed=0, intent_writer=llm_intent_writer(client))
+    client = LLMClient(local_llm)
+    report = build_scenarios(d, "shop", per_domain=3, max_length=2, seed=0, intent_writer=llm_intent_writer(client))
     assert report["kept"] == 3
     for row in read_jsonl(d / "scenarios.jsonl"):
         calls = [{"name": c["name"], "arguments": c["arguments"]} for c in row["gold_calls"]]
