@@ -191,7 +191,7 @@ def _write_runs(rec: Recorder, head: dict, domains: int, rows: list[dict], runs:
                      f"{r['wall_s']} | {r['load_start']} | {r['load_end']} |")
         for d, f in sorted(r["failures"].items()):
             lines.append(f"|  | {d}: {f.get('stage')}: {f.get('type')} at {f.get('where')} [{f.get('kind')}] | | | | | | |")
-    rec.write("\n".join(lines) + "\n")
+    rec.write("\n".join(lines + [""] + [f"- {n}" for n in rec.notes]) + "\n")
 
 
 def main() -> None:
