@@ -40,28 +40,9 @@ from agentscaler.artifacts import load_scenarios  # noqa: E402
 from agentscaler.workspace import Workspace  # noqa: E402
 from benchmarks.results_io import Figure, Recorder, p99  # noqa: E402
 from envs.episode import Environment, SandboxError  # noqa: E402
+from tests.fault.orphans import descendants  # noqa: E402
 
 AIM_OPEN_S, AIM_GIB, AIM_RATE, AIM_P99_MS = 10.0, 4.0, 5000.0, 5.0
-
-
-def descendants(pid: int) -> list[int]:
-    """pid and every process below it (from /proc/*/stat parent links)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
 
 
 def pss_gib(pids: list[int]) -> float:
@@ -161,7 +142,7 @@ def measure(rec: Recorder, ws: Workspace, calls: dict[str, list[tuple[str, dict]
     t0 = time.perf_counter()
     probe = min(a.episodes, max(a.probe, per_worker))
     envs, open_times, errors = open_episodes(ws, domains, probe, per_worker, opener)
-    per_episode_gib = (pss_gib(descendants(os.getpid())) - base_pss) / max(1, len(envs))
+    per_episode_gib = (pss_gib([os.getpid(), *descendants(os.getpid())]) - base_pss) / max(1, len(envs))
     estimate = base_pss + per_episode_gib * a.episodes
     extrapolated = estimate > a.max_gib
     if not extrapolated and a.episodes > probe:
@@ -169,7 +150,7 @@ def measure(rec: Recorder, ws: Workspace, calls: dict[str, list[tuple[str, dict]
         more, more_t, more_err = open_episodes(ws, rest, a.episodes - probe, per_worker, opener)
         envs, open_times, errors = envs + more, open_times + more_t, errors + more_err
     open_wall = time.perf_counter() - t0
-    pids = descendants(os.getpid())
+    pids = [os.getpid(), *descendants(os.getpid())]
     gib = pss_gib(pids)
     if envs and not rec.layers:
         rec.layers = sorted(k for k, v in envs[0][1].isolation.items() if v)

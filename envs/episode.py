@@ -92,6 +92,23 @@ class ToolResult:
         return f"ToolResult(ok={self.ok!r}, content={self.content!r}, error={self.error!r})"
 
 
+def _start_worker(domain_dir: Path, *, unsafe: bool = False, time_limit: float = 2.0, memory_mb: int = 1024,
+                  max_reply: int = 4 << 20, check_code: bool = True, spin_us: int | None = None,
+                  scratch_mb: int = 32) -> tuple[DomainSpec, WorkerProcess]:
+    """The domain's spec and its started sandbox worker (Environment.open documents the arguments)."""
+    try:
+        spec = DomainSpec.load(domain_dir)
+    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        raise SandboxError(f"{domain_dir}: cannot read spec.json: {exc}") from None
+    worker = WorkerProcess(domain_dir, unsafe=unsafe, time_limit=time_limit, memory_mb=memory_mb,
+                           max_reply=max_reply, spin_us=spin_us, scratch_mb=scratch_mb)
+    worker.start()
+    if check_code and worker.load_error:
+        worker.close()
+        raise SandboxError(f"{domain_dir}: {worker.load_error}")
+    return spec, worker
+
+
 class Environment:
     """One domain's environment. Not thread-safe: use one per concurrent episode."""
 
@@ -128,17 +145,9 @@ class Environment:
         with the thread that opened it (its parent-death signal is per thread): open on a thread
         that outlives the environment."""
         domain_dir = Path(domain_dir)
-        try:
-            spec = DomainSpec.load(domain_dir)
-        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
-            raise SandboxError(f"{domain_dir}: cannot read spec.json: {exc}") from None
-        worker = WorkerProcess(domain_dir, unsafe=unsafe, time_limit=time_limit, memory_mb=memory_mb,
-                               max_reply=max_reply, spin_us=spin_us, scratch_mb=scratch_mb)
-        worker.start()
-        if check_code and worker.load_error:
-            worker.close()
-            raise SandboxError(f"{domain_dir}: {worker.load_error}")
-        return cls(domain_dir, spec, worker)
+        return cls(domain_dir, *_start_worker(domain_dir, unsafe=unsafe, time_limit=time_limit, memory_mb=memory_mb,
+                                              max_reply=max_reply, check_code=check_code, spin_us=spin_us,
+                                              scratch_mb=scratch_mb))
 
     @classmethod
     def open_hosted(cls, domain_dir: Path | str, episodes: int, **kw: Any) -> list["Environment"]:
@@ -147,13 +156,13 @@ class Environment:
         on its pipe. For many live episodes (RL) at a fraction of the processes and memory of one
         worker each; the trade (one interpreter per worker) is in envs.hosted. Takes open()'s
         keyword arguments."""
-        first = cls.open(domain_dir, **kw)
-        first.closed = True  # its worker now belongs to the slots (closing `first` would stop it)
-        host = HostedWorker(first.worker)
+        domain_dir = Path(domain_dir)
+        spec, worker = _start_worker(domain_dir, **kw)
+        host = HostedWorker(worker)
         try:
-            return [cls(first.domain_dir, first.spec, host.new_slot()) for _ in range(episodes)]
+            return [cls(domain_dir, spec, host.new_slot()) for _ in range(episodes)]
         except (WorkerCrashed, SandboxError) as exc:
-            first.worker.close()
+            worker.close()
             raise SandboxError(f"{domain_dir}: could not open hosted episodes: {exc}") from None
 
     @property

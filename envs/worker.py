@@ -282,11 +282,7 @@ class Worker:
             raw = json.load(fh)
         self.spec = LightSpec(raw)
         self.seed = store.load_seed_bytes(os.path.join(domain, raw.get("seed_path", "seed.sqlite")))
-        self.conn = store.open_episode(self.seed)
-        self.conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temp b-trees count in RLIMIT_AS, not on disk
-        self.conn.execute("SELECT count(*) FROM sqlite_master").fetchall()  # schema parsed once, shared
-        self.guard = guard_connection(self.conn, time_limit)
-        self.db = DB(self.conn, self.spec)
+        self.conn, self.guard, self.db = self._episode_connection()
         self.code_path = os.path.join(domain, raw.get("code_path", "tools.py"))
         self.code: Any = None
         self.load_error: str | None = None
@@ -303,6 +299,13 @@ class Worker:
         self._pending = b""
         self._poll = select.poll()
         self.hygiene = True  # undo signal tricks after each call; off when seccomp forbids them
+
+    def _episode_connection(self) -> tuple[sqlite3.Connection, Any, DB]:
+        """A connection holding a fresh copy of the seed, its guard and the db helper tool code gets."""
+        conn = store.open_episode(self.seed)
+        conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temp b-trees count in RLIMIT_AS, not on disk
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchall()  # schema parsed once (in the zygote: shared)
+        return conn, guard_connection(conn, self.time_limit), DB(conn, self.spec)
 
     def warm(self) -> None:
         """Touch what the first call needs (copy-on-write faults, SQLite's parsed schema) before the
@@ -538,9 +541,7 @@ class Worker:
             raise ValueError("slot 0 is the child's own episode")
         self.close_slot(slot)
         self.slots[self.slot] = (self.conn, self.guard, self.db, self.tools)
-        conn = store.open_episode(self.seed)
-        conn.execute("PRAGMA temp_store = MEMORY")
-        self.conn, self.guard, self.db, self.tools = conn, guard_connection(conn, self.time_limit), DB(conn, self.spec), {}
+        (self.conn, self.guard, self.db), self.tools = self._episode_connection(), {}
         self.slot = slot
         self.load_tools()
 
