@@ -540,8 +540,9 @@ class Worker:
         if slot == 0:
             raise ValueError("slot 0 is the child's own episode")
         self.close_slot(slot)
+        made = self._episode_connection()  # first: if it fails (out of memory), nothing has changed
         self.slots[self.slot] = (self.conn, self.guard, self.db, self.tools)
-        (self.conn, self.guard, self.db), self.tools = self._episode_connection(), {}
+        (self.conn, self.guard, self.db), self.tools = made, {}
         self.slot = slot
         self.load_tools()
 
@@ -551,6 +552,25 @@ class Worker:
         got = self.slots.pop(slot, None) if slot != 0 else None
         if got is not None:
             got[0].close()
+
+    def run_many(self, calls: list[list[Any]]) -> tuple[dict[str, Any], bytes]:
+        """One call each of many hosted episodes in one round trip (a vectorized step), in order,
+        each on its own slot (its rows, its db helper, its tools.py globals). Per call [true, n]
+        (the text, n bytes, goes in the payload) or [false, error]."""
+        parts, out = [], []
+        for slot, name, args, kind in calls:
+            try:
+                self._switch(int(slot))
+            except KeyError:
+                out.append([False, f"episode slot {slot} is not open in this sandbox child"])
+                continue
+            res, text = self.run_tool(name, args, kind)
+            if res["ok"]:
+                parts.append(text)
+                out.append([True, len(text)])
+            else:
+                out.append([False, res["error"]])
+        return {"ok": True, "results": out}, b"".join(parts)
 
     def handle(self, req: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         op = req.get("op")
@@ -572,6 +592,8 @@ class Worker:
             return {"ok": True, "results": [self.run_tool(n, a, k)[0] for n, a, k in req["calls"]]}, b""
         if op == "episodes":
             return self.run_episodes(req["episodes"])
+        if op == "many":
+            return self.run_many(req["calls"])
         if op == "reset":
             if self.conn.in_transaction:
                 self.conn.rollback()
