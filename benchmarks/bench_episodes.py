@@ -2,17 +2,25 @@
 
     .venv/bin/python benchmarks/bench_episodes.py --workspace WS [--quick] [--episodes 1024] [--domains 128]
 
-E episodes over D domains of a built workspace (round robin), all open at once, each its own
-`Environment` (today's design: one sandbox worker per episode, a zygote plus the episode's child,
-isolation layers as in every run). Measured:
-  - time to open every episode (Environment.open + reset), median and p99 per episode;
+E episodes over D domains of a built workspace (round robin), all open at once, in two designs side
+by side: a worker per episode (`Environment.open`: a zygote plus the episode's child) and hosted
+episodes (`Environment.open_hosted`: --per-worker episodes in one sandbox worker, each its own seed
+copy, connection and tools.py namespace); isolation layers as in every run. Measured:
+  - time to open every episode (open + reset), median and p99 per worker;
   - memory of every process of ours (this one and its descendants): the sum of PSS from
     /proc/PID/smaps_rollup (pages shared between the zygote and its child counted once, split),
     and the number of processes;
-  - aggregate read calls/s for --seconds with --threads caller threads, each owning a disjoint share
-    of the episodes, and the per-call latency (median, p99); calls are the read-only scenarios' gold
-    calls of each domain (grounded arguments, answers from the seed); the caller does not busy-wait
-    (spin 0: with hundreds of workers a spinning caller only burns the cores the workers need);
+  - aggregate read calls/s for --seconds, the per-call latency (median, p99), and the CPU time of
+    every process of ours per call (utime + stime from /proc, the workers included: on a shared
+    machine the wall figures move with the load, CPU per call much less). Two ways of calling:
+    plain calls (`env.call`, --threads caller threads, each owning a disjoint share of the
+    episodes, one call at a time) and vectorized steps (`Environment.call_many`, as RL frameworks
+    step many environments per call: --step-threads caller threads, each owning a disjoint share
+    of the workers, a step is one call of every episode of --step-workers workers, one message
+    per worker; a call's latency is then its step's round trip, from call_many to its return).
+    Calls are the read-only scenarios' gold calls of each domain (grounded arguments, answers from
+    the seed); the caller does not busy-wait (spin 0: with hundreds of workers a spinning caller
+    only burns the cores the workers need);
   - after the calls, every episode still answers (a call per episode).
 Before opening the full count it opens --probe episodes and extrapolates memory; if the estimate is
 over --max-gib it records the extrapolation (labelled so) instead of opening the rest, so this
@@ -103,9 +111,21 @@ def open_episodes(ws: Workspace, domains: list[str], n: int, per_worker: int, po
     return envs, times, errors
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of the live processes (all threads), from /proc."""
+    ticks = 0
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def drive(envs: list[tuple[str, Environment]], calls: dict[str, list[tuple[str, dict]]], threads: int,
           seconds: float) -> tuple[int, int, list[float]]:
-    """Each thread loops over its own episodes, one read call each in turn, until the deadline."""
+    """Plain calls: each thread loops over its own episodes, one read call each in turn, until the deadline."""
     stop = time.perf_counter() + seconds
     lock = threading.Lock()
     lat: list[float] = []
@@ -127,6 +147,44 @@ def drive(envs: list[tuple[str, Environment]], calls: dict[str, list[tuple[str, 
             counts["err"] += err
 
     shares = [envs[i::threads] for i in range(threads)]
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(run, [s for s in shares if s]))
+    return counts["ok"], counts["err"], lat
+
+
+def drive_steps(envs: list[tuple[str, Environment]], calls: dict[str, list[tuple[str, dict]]], threads: int,
+                per_step: int, seconds: float) -> tuple[int, int, list[float]]:
+    """Vectorized steps: the episodes grouped by worker; each thread owns a disjoint share of the
+    workers and steps per_step of them at a time (one read call of each of their episodes, one
+    Environment.call_many) until the deadline. Every call of a step gets the step's round trip as
+    its latency."""
+    workers: dict[int, list[tuple[str, Environment]]] = {}
+    for d, env in envs:
+        workers.setdefault(id(getattr(env.worker, "host", env.worker)), []).append((d, env))
+    groups = list(workers.values())
+    stop = time.perf_counter() + seconds
+    lock = threading.Lock()
+    lat: list[float] = []
+    counts = {"ok": 0, "err": 0}
+
+    def run(share: list[list[tuple[str, Environment]]]) -> None:
+        steps = [[pair for g in share[i:i + per_step] for pair in g] for i in range(0, len(share), per_step)]
+        mine, ok, err, j = [], 0, 0, 0
+        while time.perf_counter() < stop:
+            for step in steps:
+                batch = [(env, *calls[d][j % len(calls[d])]) for d, env in step]
+                t = time.perf_counter()
+                got = Environment.call_many(batch)
+                mine += [time.perf_counter() - t] * len(got)
+                good = sum(r.ok for r in got)
+                ok, err = ok + good, err + len(got) - good
+            j += 1
+        with lock:
+            lat.extend(mine)
+            counts["ok"] += ok
+            counts["err"] += err
+
+    shares = [groups[i::threads] for i in range(threads)]
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(run, [s for s in shares if s]))
     return counts["ok"], counts["err"], lat
@@ -154,11 +212,6 @@ def measure(rec: Recorder, ws: Workspace, calls: dict[str, list[tuple[str, dict]
     gib = pss_gib(pids)
     if envs and not rec.layers:
         rec.layers = sorted(k for k, v in envs[0][1].isolation.items() if v)
-    ok, err, lat = drive(envs, calls, a.threads, a.seconds) if envs else (0, 0, [])
-    answering = sum(env.call(*calls[d][0]).ok for d, env in envs)
-    for _, env in envs:
-        env.close()
-    opener.shutdown()
     n, full = len(envs), a.episodes >= 1024
     label = f", {design}" + ("" if not extrapolated else
                              f" (extrapolated from {n} open: the estimate {estimate:.1f} GiB is over --max-gib {a.max_gib:g})")
@@ -176,20 +229,41 @@ def measure(rec: Recorder, ws: Workspace, calls: dict[str, list[tuple[str, dict]
                meets_aim=(memory <= AIM_GIB) if full else None),
         Figure(name=f"processes for {n} open episodes{label}", value=len(pids), unit="processes", workload=workload),
     ]
-    if lat:
+    ways = [("plain calls (env.call), {a.threads} caller threads, latency per call", None)]
+    if per_worker > 1:
+        ways.append((f"vectorized steps (Environment.call_many: {a.step_workers} worker(s) x {per_worker} episodes "
+                     f"per step, one message per worker), {a.step_threads} caller threads, "
+                     f"a call's latency = its step's round trip", a.step_workers))
+    for way, per_step in ways:
+        way = way.format(a=a)
+        if not envs:
+            break
+        cpu0 = cpu_seconds(pids)
+        ok, err, lat = drive(envs, calls, a.threads, a.seconds) if per_step is None else \
+            drive_steps(envs, calls, a.step_threads, per_step, a.seconds)
+        cpu = cpu_seconds(pids) - cpu0
+        if not lat:
+            continue
         rate = (ok + err) / a.seconds
         rec.figures += [
-            Figure(name=f"aggregate read calls/s, {n} open episodes{label}", value=round(rate, 1), unit="calls/s",
-                   workload=workload, aim=f">= {AIM_RATE:g}/s (issue 20 aim 2)",
+            Figure(name=f"aggregate read calls/s, {n} open episodes, {way}{label}", value=round(rate, 1),
+                   unit="calls/s", workload=workload, aim=f">= {AIM_RATE:g}/s (issue 20 aim 2)",
                    meets_aim=(rate >= AIM_RATE) if n >= 1024 else None),
-            Figure(name=f"read call latency, {n} open episodes{label}", value=round(statistics.median(lat) * 1e3, 2),
+            Figure(name=f"read call latency, {n} open episodes, {way}{label}", value=round(statistics.median(lat) * 1e3, 2),
                    unit="ms", median=round(statistics.median(lat) * 1e3, 2), p99=round(p99(lat) * 1e3, 2),
                    workload=workload, aim=f"p99 <= {AIM_P99_MS:g} ms (issue 20 aim 2)",
                    meets_aim=(p99(lat) * 1e3 <= AIM_P99_MS) if n >= 1024 else None),
+            Figure(name=f"CPU per call, every process of ours (caller + workers), {n} open episodes, {way}{label}",
+                   value=round(cpu / max(1, ok + err) * 1e6, 1), unit="us", workload=workload),
         ]
+        rec.notes.append(f"{design}, {way}: {err} of {ok + err} calls answered with a tool error (counted in "
+                         f"the rate); {cpu:.1f} s CPU in {a.seconds:g} s wall ({cpu / a.seconds:.2f} cores)")
+    answering = sum(env.call(*calls[d][0]).ok for d, env in envs)
+    for _, env in envs:
+        env.close()
+    opener.shutdown()
     rec.notes += [f"{design}: {len(errors)} workers failed to open" + (f" ({errors[:3]})" if errors else "")
-                  + f"; {err} of {ok + err} calls answered with a tool error (counted in the rate); "
-                  f"{answering} of {n} episodes answered a last call after the run"]
+                  + f"; {answering} of {n} episodes answered a last call after the runs"]
 
 
 def main() -> None:
@@ -199,7 +273,9 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=1024)
     ap.add_argument("--domains", type=int, default=128)
     ap.add_argument("--per-worker", type=int, default=8, help="hosted episodes per worker (beside 1 per worker)")
-    ap.add_argument("--threads", type=int, default=32, help="caller threads")
+    ap.add_argument("--threads", type=int, default=32, help="caller threads for plain calls")
+    ap.add_argument("--step-threads", type=int, default=2, help="caller threads for vectorized steps")
+    ap.add_argument("--step-workers", type=int, default=1, help="workers per vectorized step")
     ap.add_argument("--open-threads", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--probe", type=int, default=32)
@@ -218,7 +294,7 @@ def main() -> None:
         ws = Workspace(Path(a.workspace))
         calls = read_calls(ws, a.domains)
         workload = (f"real: {Path(a.workspace).name}, {a.episodes} episodes over {len(calls)} domains "
-                    f"(gold read calls of read-only scenarios), {a.threads} caller threads, "
+                    f"(gold read calls of read-only scenarios), "
                     f"{'quick' if a.quick else 'full'}")
         for per_worker in (1, a.per_worker):  # side by side, same run
             measure(rec, ws, calls, a, per_worker, workload)

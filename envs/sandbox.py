@@ -33,6 +33,7 @@ than most tool calls; within the spin a round trip is ~3 us. AGENTSCALER_SPIN_US
 
 from __future__ import annotations
 
+import ctypes.util
 import fcntl
 import json
 import os
@@ -106,6 +107,14 @@ def _pyseccomp_path() -> Path | None:
     except Exception:  # noqa: BLE001
         return None
     return Path(sys.modules["pyseccomp"].__file__).resolve()
+
+
+@lru_cache(maxsize=1)
+def _library_names() -> dict[str, str]:
+    """What ctypes.util.find_library answers for the libraries pyseccomp loads, found once here:
+    each answer runs ldconfig (80-170 ms of a worker's start), and every worker would ask again."""
+    found = {name: ctypes.util.find_library(name) for name in ("c", "seccomp")}
+    return {k: v for k, v in found.items() if v}
 
 
 @lru_cache(maxsize=1)
@@ -232,6 +241,7 @@ class WorkerProcess:
                   "--max-reply", str(self.max_reply), "--spin-us", str(self.spin_ns // 1000),
                   "--limits", json.dumps(self.limits), "--seccomp", "1" if seccomp_py else "0",
                   "--landlock", "1" if self.landlock else "0", "--lib", lib,
+                  "--libraries", json.dumps(_library_names() if seccomp_py else {}),
                   "--parent-pid", "0" if self.use_bwrap else str(os.getpid())]
         if not self.use_bwrap:
             return worker

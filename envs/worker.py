@@ -792,6 +792,19 @@ class Zygote:
                 pass
 
 
+def _import_pyseccomp(libraries: dict[str, str]) -> None:
+    """Import pyseccomp with the library names the parent already found (envs.sandbox): its
+    find_library calls would otherwise run ldconfig twice in every worker's start."""
+    import ctypes.util
+
+    real = ctypes.util.find_library
+    ctypes.util.find_library = lambda name: libraries.get(name) or real(name)
+    try:
+        import pyseccomp  # noqa: F401
+    finally:
+        ctypes.util.find_library = real
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
@@ -808,6 +821,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--landlock", type=int, default=1)
     ap.add_argument("--lib", default="")
     ap.add_argument("--parent-pid", type=int, default=0)
+    ap.add_argument("--libraries", default="{}")
     a = ap.parse_args(argv)
     set_parent_death_signal()
     if a.parent_pid and os.getppid() != a.parent_pid:
@@ -827,7 +841,7 @@ def main(argv: list[str] | None = None) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     if a.seccomp:
         try:  # import before Landlock: finding libseccomp runs ldconfig and opens /dev/null
-            import pyseccomp  # noqa: F401
+            _import_pyseccomp(json.loads(a.libraries))
         except Exception:  # noqa: BLE001 - reported as a missing layer below
             pass
     if a.landlock:
