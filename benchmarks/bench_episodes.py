@@ -123,58 +123,39 @@ def cpu_seconds(pids: list[int]) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def drive(envs: list[tuple[str, Environment]], calls: dict[str, list[tuple[str, dict]]], threads: int,
-          seconds: float) -> tuple[int, int, list[float]]:
-    """Plain calls: each thread loops over its own episodes, one read call each in turn, until the deadline."""
-    stop = time.perf_counter() + seconds
-    lock = threading.Lock()
-    lat: list[float] = []
-    counts = {"ok": 0, "err": 0}
-
-    def run(share: list[tuple[str, Environment]]) -> None:
-        mine, ok, err, j = [], 0, 0, 0
-        while time.perf_counter() < stop:
-            for d, env in share:
-                name, args = calls[d][j % len(calls[d])]
-                t = time.perf_counter()
-                res = env.call(name, args)
-                mine.append(time.perf_counter() - t)
-                ok, err = ok + res.ok, err + (not res.ok)
-            j += 1
-        with lock:
-            lat.extend(mine)
-            counts["ok"] += ok
-            counts["err"] += err
-
-    shares = [envs[i::threads] for i in range(threads)]
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(run, [s for s in shares if s]))
-    return counts["ok"], counts["err"], lat
+Step = list[tuple[str, Environment]]  # (domain, episode) pairs called together
 
 
-def drive_steps(envs: list[tuple[str, Environment]], calls: dict[str, list[tuple[str, dict]]], threads: int,
-                per_step: int, seconds: float) -> tuple[int, int, list[float]]:
-    """Vectorized steps: the episodes grouped by worker; each thread owns a disjoint share of the
-    workers and steps per_step of them at a time (one read call of each of their episodes, one
-    Environment.call_many) until the deadline. Every call of a step gets the step's round trip as
-    its latency."""
-    workers: dict[int, list[tuple[str, Environment]]] = {}
+def shares_of(envs: list[tuple[str, Environment]], threads: int, per_step: int | None) -> list[list[Step]]:
+    """Each caller thread's disjoint share of steps. per_step None: plain calls, a step is one
+    episode; else the episodes grouped by worker, a step is per_step workers' episodes."""
+    if per_step is None:
+        return [[[pair] for pair in envs[i::threads]] for i in range(threads)]
+    workers: dict[int, Step] = {}
     for d, env in envs:
         workers.setdefault(id(getattr(env.worker, "host", env.worker)), []).append((d, env))
     groups = list(workers.values())
+    return [[[pair for g in mine[k:k + per_step] for pair in g] for k in range(0, len(mine), per_step)]
+            for mine in (groups[i::threads] for i in range(threads))]
+
+
+def drive(shares: list[list[Step]], calls: dict[str, list[tuple[str, dict]]], seconds: float,
+          vectorized: bool) -> tuple[int, int, list[float]]:
+    """One thread per share runs its steps in turn, one read call per episode, until the deadline:
+    plain, each call is an env.call; vectorized, a step is one Environment.call_many and every call
+    of it gets the step's round trip as its latency."""
     stop = time.perf_counter() + seconds
     lock = threading.Lock()
     lat: list[float] = []
     counts = {"ok": 0, "err": 0}
 
-    def run(share: list[list[tuple[str, Environment]]]) -> None:
-        steps = [[pair for g in share[i:i + per_step] for pair in g] for i in range(0, len(share), per_step)]
+    def run(share: list[Step]) -> None:
         mine, ok, err, j = [], 0, 0, 0
         while time.perf_counter() < stop:
-            for step in steps:
+            for step in share:
                 batch = [(env, *calls[d][j % len(calls[d])]) for d, env in step]
                 t = time.perf_counter()
-                got = Environment.call_many(batch)
+                got = Environment.call_many(batch) if vectorized else [env.call(n, a) for env, n, a in batch]
                 mine += [time.perf_counter() - t] * len(got)
                 good = sum(r.ok for r in got)
                 ok, err = ok + good, err + len(got) - good
@@ -184,8 +165,7 @@ def drive_steps(envs: list[tuple[str, Environment]], calls: dict[str, list[tuple
             counts["ok"] += ok
             counts["err"] += err
 
-    shares = [groups[i::threads] for i in range(threads)]
-    with ThreadPoolExecutor(threads) as pool:
+    with ThreadPoolExecutor(len(shares)) as pool:
         list(pool.map(run, [s for s in shares if s]))
     return counts["ok"], counts["err"], lat
 
@@ -239,8 +219,8 @@ def measure(rec: Recorder, ws: Workspace, calls: dict[str, list[tuple[str, dict]
         if not envs:
             break
         cpu0 = cpu_seconds(pids)
-        ok, err, lat = drive(envs, calls, a.threads, a.seconds) if per_step is None else \
-            drive_steps(envs, calls, a.step_threads, per_step, a.seconds)
+        shares = shares_of(envs, a.threads if per_step is None else a.step_threads, per_step)
+        ok, err, lat = drive(shares, calls, a.seconds, vectorized=per_step is not None)
         cpu = cpu_seconds(pids) - cpu0
         if not lat:
             continue

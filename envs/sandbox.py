@@ -549,10 +549,7 @@ class WorkerProcess:
     def finish(self, pending: Pending) -> tuple[dict, bytes]:
         """request()'s second half: the reply to send()'s request (WorkerCrashed as in request())."""
         try:
-            try:
-                return self._recv(*pending)
-            except OSError as exc:
-                raise WorkerCrashed(f"pipe error {exc}") from None
+            return self._receive(pending)
         except WorkerCrashed as exc:
             raise self._replaced(str(exc)) from None
 
@@ -563,7 +560,9 @@ class WorkerProcess:
         return WorkerCrashed(self._explain(reason, previous))
 
     def _roundtrip(self, obj: dict[str, Any], payload: bytes, timeout: float | None) -> tuple[dict, bytes]:
-        pending = self._send_request(obj, payload, timeout)
+        return self._receive(self._send_request(obj, payload, timeout))
+
+    def _receive(self, pending: Pending) -> tuple[dict, bytes]:
         try:
             return self._recv(*pending)
         except OSError as exc:
