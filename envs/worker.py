@@ -42,9 +42,12 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str
 # A call's content travels as the exact text an agent is shown (json.dumps' default separators).
 _dumps_content = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
-# Imported by the zygote so a child's `import json` is a dictionary lookup, not a file read.
+# Imported by the zygote so a child's `import json` is a dictionary lookup, not a file read: the
+# stdlib modules statically checked tool code may import (tasks/environments/codecheck.ALLOWED; a
+# test keeps the two equal). Nothing more: every worker's start pays for these (hashlib, uuid and
+# dataclasses were about a fifth of it), and hand-written tools.py importing others pays once per child.
 PRELOAD = ("json", "re", "math", "datetime", "decimal", "itertools", "collections", "functools", "string",
-           "statistics", "typing", "random", "hashlib", "uuid", "time", "copy", "enum", "dataclasses")
+           "statistics", "typing")
 MAX_SCRATCH_FILES = 1024  # tmpfs caps bytes, not inodes: a call that leaves more files fails and is wiped
 
 
