@@ -209,13 +209,12 @@ def measure(rec: Recorder, ws: Workspace, calls: dict[str, list[tuple[str, dict]
                meets_aim=(memory <= AIM_GIB) if full else None),
         Figure(name=f"processes for {n} open episodes{label}", value=len(pids), unit="processes", workload=workload),
     ]
-    ways = [("plain calls (env.call), {a.threads} caller threads, latency per call", None)]
+    ways: list[tuple[str, int | None]] = [(f"plain calls (env.call), {a.threads} caller threads, latency per call", None)]
     for k in ([int(x) for x in a.step_workers.split(",")] if per_worker > 1 else []):
         ways.append((f"vectorized steps (Environment.call_many: {k} worker(s) x {per_worker} episodes "
                      f"per step, one message per worker), {a.step_threads} caller threads, "
                      f"a call's latency = its step's round trip", k))
     for way, per_step in ways:
-        way = way.format(a=a)
         if not envs:
             break
         cpu0 = cpu_seconds(pids)
