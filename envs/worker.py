@@ -281,6 +281,9 @@ class Worker:
         self.time_limit = time_limit
         self.max_reply = max_reply
         self.scratch = scratch  # the writable tmpfs to police after each call (None: not writable)
+        if scratch is not None and os.listdir(scratch):
+            # it is emptied when a tool leaves too many files: never a shared folder such as /tmp
+            raise ValueError(f"scratch {scratch} must be an empty folder of this worker's own; it holds files")
         with open(os.path.join(domain, "spec.json"), encoding="utf-8") as fh:
             raw = json.load(fh)
         self.spec = LightSpec(raw)
