@@ -184,31 +184,45 @@ class Catalog:
     def mark(self, domain: str, stage: str, status: str, error: str | None = None,
              artifact: str | None = None) -> None:
         """Record a domain's stage status; 'running' counts an attempt."""
+        self.mark_many([domain], stage, status, error, [artifact])
+
+    def mark_many(self, domains: list[str], stage: str, status: str, error: str | None = None,
+                  artifacts: list[str | None] | None = None) -> None:
+        """mark() for many domains in one transaction (discover marks every domain it found: one
+        transaction each cost ~5 ms at load, 18 s at 30k tools); artifacts[i] belongs to domains[i]."""
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
+        pairs = list(zip(domains, artifacts if artifacts is not None else [None] * len(domains), strict=True))
         try:
-            self._mark(domain, stage, status, error, artifact)
-        except IntegrityError:  # a server catalog: another process inserted the row first; now it exists
-            self._mark(domain, stage, status, error, artifact)
+            self._mark(pairs, stage, status, error)
+        except IntegrityError:  # a server catalog: another process inserted a row first; now it exists
+            self._mark(pairs, stage, status, error)
 
-    def _mark(self, domain: str, stage: str, status: str, error: str | None, artifact: str | None) -> None:
+    def _mark(self, pairs: list[tuple[str, str | None]], stage: str, status: str, error: str | None) -> None:
+        worker = worker_id()
         with Session(self.engine) as s, s.begin():
-            # FOR UPDATE: on a server, two processes' read-modify-write (attempts + 1) go one at a
-            # time (SQLite's BEGIN IMMEDIATE already serializes them; it ignores the clause)
-            row = s.get(DomainStage, (domain, stage), with_for_update=True)
-            if row is None:
-                row = DomainStage(domain=domain, stage=stage, attempts=0)
-                s.add(row)
-            row.status = status
-            row.worker = worker_id()
-            if status == "running":
-                row.attempts = (row.attempts or 0) + 1
-            if status == "failed":
-                row.last_error = (error or "unknown error")[:4000]
-            elif status == "done":
-                row.last_error = None
-            if artifact is not None:
-                row.artifact = artifact
+            have: dict[str, DomainStage] = {}
+            for i in range(0, len(pairs), 500):  # the rows there are, 500 a query
+                # FOR UPDATE: on a server, two processes' read-modify-write (attempts + 1) go one at a
+                # time (SQLite's BEGIN IMMEDIATE already serializes them; it ignores the clause)
+                q = select(DomainStage).where(DomainStage.stage == stage,
+                                              DomainStage.domain.in_([d for d, _ in pairs[i:i + 500]]))
+                have.update((r.domain, r) for r in s.scalars(q.with_for_update()))
+            for domain, artifact in pairs:
+                row = have.get(domain)
+                if row is None:
+                    row = have[domain] = DomainStage(domain=domain, stage=stage, attempts=0)
+                    s.add(row)
+                row.status = status
+                row.worker = worker
+                if status == "running":
+                    row.attempts = (row.attempts or 0) + 1
+                if status == "failed":
+                    row.last_error = (error or "unknown error")[:4000]
+                elif status == "done":
+                    row.last_error = None
+                if artifact is not None:
+                    row.artifact = artifact
 
     def stage_status(self, domain: str, stage: str) -> dict[str, Any] | None:
         with Session(self.engine) as s:

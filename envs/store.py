@@ -72,10 +72,12 @@ def _encode_row(table, row: Mapping[str, Any] | Sequence[Any]) -> dict[str, Any]
 def build_seed(spec: "DomainSpec", rows_by_table: Mapping[str, Iterable[Mapping[str, Any] | Sequence[Any]]],
                path: Path) -> Path:
     """Create the seed database at path: tables from the spec (via SQLAlchemy), rows inserted,
-    WAL checkpointed into the main file, then the file made read-only.
+    then the file made read-only.
 
     Rows are dicts (column -> value) or tuples in column order; json values are stored as
-    sorted-key JSON text. The build goes to a temp file renamed into place (atomic)."""
+    sorted-key JSON text. The build goes to a temp file, fsynced once and renamed into place
+    (atomic): no journal on disk and no sync per transaction (a temp file nobody reads until the
+    rename: a crash leaves only the temp file; they were three quarters of its time)."""
     import sqlalchemy as sa  # as in metadata_for
 
     path = Path(path)
@@ -87,22 +89,23 @@ def build_seed(spec: "DomainSpec", rows_by_table: Mapping[str, Iterable[Mapping[
     for p in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
         p.unlink(missing_ok=True)
     md = metadata_for(spec)
-    engine = sa.create_engine(f"sqlite:///{tmp}")
+    engine = sa.create_engine(f"sqlite:///{tmp}", poolclass=sa.pool.StaticPool)  # one connection: the pragmas hold
     try:
         with engine.begin() as conn:
-            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+            # a rollback journal in memory (the file stays a self-contained rollback-journal database,
+            # readable read-only anywhere) and no fsync per transaction: one fsync below
+            conn.exec_driver_sql("PRAGMA journal_mode=MEMORY")
+            conn.exec_driver_sql("PRAGMA synchronous=OFF")
         md.create_all(engine)
         with engine.begin() as conn:
             for t in spec.tables:
                 rows = [_encode_row(t, r) for r in rows_by_table.get(t.name, ())]
                 if rows:
                     conn.execute(md.tables[t.name].insert(), rows)
-        with engine.begin() as conn:
-            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-            # Self-contained single file: readable read-only anywhere (no -wal/-shm needed).
-            conn.exec_driver_sql("PRAGMA journal_mode=DELETE")
     finally:
         engine.dispose()
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
     os.chmod(tmp, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
     os.replace(tmp, path)
     return path

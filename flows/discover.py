@@ -55,13 +55,14 @@ def discover_flow(workspace: str, embedding: str = "fast", threshold: float | No
     params = cfg.model_dump() | ({"llm_check": True, "llm": llm, "model": model} if llm_check else {})
     with run_record(catalog, "discover", params) as summary:
         summary.update(discover_task(str(ws.root), cfg.model_dump(), force, llm_check, llm, model))
-        for rec in load_domains(ws):
-            catalog.mark(rec["domain"], "discover", "done", artifact=content_hash(rec))
+        records = load_domains(ws)
+        catalog.mark_many([rec["domain"] for rec in records], "discover", "done",
+                          artifacts=[content_hash(rec) for rec in records])
         catalog.set_counts(summary["run_id"], "discover", {
             "tools": summary["tools"], "domains": summary["domains"], "kept_tools": summary["kept_tools"],
             "dropped": summary["dropped"], "edges.similar": summary["edges"]["similar"],
             "edges.dataflow": summary["edges"]["dataflow"]})
-        publish_markdown("discover", _markdown(summary, load_domains(ws)), f"{summary['domains']} domains")
+        publish_markdown("discover", _markdown(summary, records), f"{summary['domains']} domains")
     return dict(summary)
 
 

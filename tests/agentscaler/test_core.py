@@ -76,6 +76,30 @@ def test_catalog_marks_attempts_and_summary(tmp_path: Path):
         cat.mark("d1", "synthesize", "weird")
 
 
+def test_catalog_mark_many_is_mark_for_each_domain(tmp_path: Path):
+    """mark_many (one transaction) leaves the rows that one mark() per domain leaves: new and
+    existing rows, attempts counted, artifacts by position, a domain named twice marked twice."""
+    one, many = Catalog(tmp_path / "one.sqlite"), Catalog(tmp_path / "many.sqlite")
+    for cat in (one, many):
+        cat.mark("d1", "discover", "running")
+        cat.mark("d1", "discover", "failed", error="boom")
+    doms, arts = ["d1", "d2", "d3", "d2"], ["a1", None, "a3", "a2"]
+    for d, a in zip(doms, arts):
+        one.mark(d, "discover", "running", artifact=a)
+    many.mark_many(doms, "discover", "running", artifacts=arts)
+    one.mark("d3", "discover", "done")
+    many.mark_many(["d3"], "discover", "done")
+    strip = lambda cat: [{k: v for k, v in r.items() if k != "updated_at"} for r in cat.domains()]  # noqa: E731
+    assert strip(many) == strip(one)
+    assert many.stage_status("d2", "discover") == {**many.stage_status("d2", "discover"), "attempts": 2,
+                                                   "artifact": "a2", "status": "running"}
+    assert many.stage_status("d1", "discover")["error"] == "boom"  # running keeps the last error, as mark does
+    with pytest.raises(ValueError):
+        many.mark_many(["d1"], "discover", "weird")
+    with pytest.raises(ValueError):
+        many.mark_many(["d1", "d2"], "discover", "done", artifacts=["only one"])
+
+
 def test_catalog_records_the_worker_and_opens_an_older_file(tmp_path: Path, monkeypatch):
     """A catalog written before the worker column gets it; each mark records host:pid, prefixed
     with the Prefect worker's name when a worker started the process."""
