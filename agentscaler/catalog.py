@@ -13,7 +13,10 @@ import datetime as dt
 import json
 import os
 import socket
+import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from agentscaler.hashing import content_hash
 from agentscaler.workspace import file_lock
 
 STATUSES = ("pending", "running", "done", "failed")
@@ -286,3 +290,23 @@ class Catalog:
             for r in s.scalars(q).all():
                 out.setdefault(r.stage, {})[r.key] = out.get(r.stage, {}).get(r.key, 0) + r.value
             return out
+
+
+@contextmanager
+def run_record(catalog: Catalog, flow: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Record a flow run in the catalog; the body fills the yielded summary dict.
+
+    The run ends `failed` if the body raises, else `done`, or `done_with_failures` when the
+    summary names failed items; a body may also set summary["status"] itself (e.g. "failed" for
+    an ingest that accepted nothing)."""
+    run_id = f"{flow}-" + content_hash({"params": params, "t": time.time_ns()})
+    catalog.start_run(run_id, flow, params)
+    summary: dict[str, Any] = {"run_id": run_id}
+    try:
+        yield summary
+    except BaseException as exc:
+        catalog.finish_run(run_id, "failed", {**summary, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+        raise
+    failed = summary.get("failed") or {}
+    status = summary.pop("status", None) or ("done" if not failed else "done_with_failures")
+    catalog.finish_run(run_id, status, summary)

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from agentscaler import progress
 from agentscaler.artifacts import load_domains, load_scenarios
-from agentscaler.catalog import Catalog
+from agentscaler.catalog import Catalog, run_record
 from agentscaler.corpora import CORPORA, fetch
 from agentscaler.endpoints import is_local, runtime_label, serve
 from agentscaler.llm_server import LLMServerError, local_server
@@ -33,6 +33,8 @@ from agentscaler.settings import Settings, configure_prefect_env
 from agentscaler.workspace import Workspace, atomic_write_json
 from tasks.corpus.ingest import IngestError, format_report, ingest
 from tasks.corpus.loaders import FORMATS
+from tasks.discover.config import DiscoverConfig
+from tasks.discover.current import record_domains, unchanged_summary
 from tasks.environments.play import PlayError, play_calls, read_calls
 from tasks.environments.synthesis import SynthesisError
 from tasks.environments.synthesize import synthesize_all
@@ -46,7 +48,6 @@ from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
 from tasks.rollouts.engine import run_rollouts
 from tasks.scenarios.build import build_all
 from tasks.serve.export import DomainNotFound, domain_folder, export_env
-from tasks.serve.mcp_server import DomainServer
 from tasks.sft.export import UnscreenedError, export_sft
 from tasks.sft.train import TrainingFailed, train_stage
 from tasks.verify.imports import import_run
@@ -386,14 +387,20 @@ def discover_cmd(embedding: str = typer.Option("fast", "--embedding", help="fast
              model: str = typer.Option("smollm2-135m", "--model", help="With --llm-check: model name at the endpoint."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON."),
              workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
-    """Build the tool graph and discover domains (graph/domains.json)."""
+    """Build the tool graph and discover domains (graph/domains.json). An unchanged corpus and
+    config (no --force, no --llm-check) has nothing to run: the run is recorded in the catalog
+    without starting Prefect (prefect_run: false; its start is most of a no-op's time)."""
     _begin(workspace, quiet)
-    from flows.discover import discover_flow  # Prefect loads in seconds: only the commands that run flows import it
-
     try:
-        summary = discover_flow(str(workspace_path()), embedding=embedding, threshold=threshold, method=method,
-                                resolution=resolution, max_size=max_size, force=force, llm_check=llm_check, llm=llm,
-                                model=model)
+        summary = None if force or llm_check else _discover_unchanged(
+            Workspace(workspace_path()), DiscoverConfig(embedding=embedding, threshold=threshold, method=method,
+                                                        resolution=resolution, max_size=max_size))
+        if summary is None:
+            from flows.discover import discover_flow  # Prefect loads in seconds: only the commands that run flows import it
+
+            summary = discover_flow(str(workspace_path()), embedding=embedding, threshold=threshold, method=method,
+                                    resolution=resolution, max_size=max_size, force=force, llm_check=llm_check,
+                                    llm=llm, model=model)
     except LLMServerError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1)
@@ -405,6 +412,19 @@ def discover_cmd(embedding: str = typer.Option("fast", "--embedding", help="fast
         return
     console.print(f"{summary['tools']} tools -> {summary['domains']} domains ({summary['dropped']} tools dropped), "
                   f"edges {summary['edges']}, modularity {summary['modularity']}, {summary['timings']}")
+
+
+def _discover_unchanged(ws: Workspace, cfg: DiscoverConfig) -> dict[str, Any] | None:
+    """discover_flow's summary and catalog rows for a corpus and config it already ran on, with no
+    Prefect run; None when there is work to do (then the flow runs)."""
+    found = unchanged_summary(ws, cfg)
+    if found is None:
+        return None
+    catalog = Catalog(ws.catalog_path)
+    with run_record(catalog, "discover", cfg.model_dump()) as summary:
+        summary.update(found, prefect_run=False)
+        record_domains(catalog, summary["run_id"], summary, load_domains(ws))
+    return dict(summary)
 
 
 @show_app.command("domains")
@@ -824,6 +844,9 @@ def serve_cmd(domain: str = typer.Argument(..., help="Domain id, tau2_airline / 
     if not mcp:
         console.print("say --mcp: MCP is the one protocol `serve` speaks so far", markup=False)
         raise typer.Exit(2)
+    # the MCP library is a third of every command's imports (0.8 s CPU): only `serve` loads it
+    from tasks.serve.mcp_server import DomainServer
+
     try:
         server = DomainServer(domain_folder(Workspace(workspace_path()), domain),
                               unsafe=Settings.from_env().allow_unsafe_sandbox)

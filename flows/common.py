@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 from prefect.artifacts import create_markdown_artifact
@@ -19,9 +17,8 @@ from prefect.deployments import run_deployment
 from prefect.settings import get_current_settings
 
 from agentscaler import progress
-from agentscaler.catalog import Catalog
+from agentscaler.catalog import Catalog, run_record  # noqa: F401 - run_record: re-exported for the flows
 from agentscaler.errors import failure
-from agentscaler.hashing import content_hash
 from agentscaler.llm import REQUEST_SLOT
 
 # The global concurrency limit that guards the shared model endpoint (created by `agentscaler deploy`).
@@ -58,26 +55,6 @@ async def endpoint_slot() -> AsyncIterator[None]:
 
 
 REQUEST_SLOT["factory"] = endpoint_slot  # every LLMClient request in a process that runs flows
-
-
-@contextmanager
-def run_record(catalog: Catalog, flow: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Record a flow run in the catalog; the body fills the yielded summary dict.
-
-    The run ends `failed` if the body raises, else `done`, or `done_with_failures` when the
-    summary names failed items; a body may also set summary["status"] itself (e.g. "failed" for
-    an ingest that accepted nothing)."""
-    run_id = f"{flow}-" + content_hash({"params": params, "t": time.time_ns()})
-    catalog.start_run(run_id, flow, params)
-    summary: dict[str, Any] = {"run_id": run_id}
-    try:
-        yield summary
-    except BaseException as exc:
-        catalog.finish_run(run_id, "failed", {**summary, "error": f"{type(exc).__name__}: {exc}"[:2000]})
-        raise
-    failed = summary.get("failed") or {}
-    status = summary.pop("status", None) or ("done" if not failed else "done_with_failures")
-    catalog.finish_run(run_id, status, summary)
 
 
 def fan_out(task: Any, items: list[Any], key: Callable[[Any], str], sequential: bool = False,

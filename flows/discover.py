@@ -11,12 +11,12 @@ from agentscaler.artifacts import load_domains
 from agentscaler.catalog import Catalog
 from agentscaler.endpoints import serve
 from agentscaler.errors import transient_only
-from agentscaler.hashing import content_hash
 from agentscaler.llm import LLMClient
 from agentscaler.workspace import Workspace
 from flows.common import cell, publish_markdown, run_record
 from tasks.discover.check import LLMDependencyChecker
 from tasks.discover.config import DiscoverConfig
+from tasks.discover.current import record_domains
 from tasks.discover.discover import discover
 from tasks.environments.plan import tool_reading
 
@@ -56,12 +56,7 @@ def discover_flow(workspace: str, embedding: str = "fast", threshold: float | No
     with run_record(catalog, "discover", params) as summary:
         summary.update(discover_task(str(ws.root), cfg.model_dump(), force, llm_check, llm, model))
         records = load_domains(ws)
-        catalog.mark_many([rec["domain"] for rec in records], "discover", "done",
-                          artifacts=[content_hash(rec) for rec in records])
-        catalog.set_counts(summary["run_id"], "discover", {
-            "tools": summary["tools"], "domains": summary["domains"], "kept_tools": summary["kept_tools"],
-            "dropped": summary["dropped"], "edges.similar": summary["edges"]["similar"],
-            "edges.dataflow": summary["edges"]["dataflow"]})
+        record_domains(catalog, summary["run_id"], summary, records)
         publish_markdown("discover", _markdown(summary, records), f"{summary['domains']} domains")
     return dict(summary)
 

@@ -9,8 +9,6 @@ reports/domains.png. A re-run with the same tools and config is skipped.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import time
 from collections import Counter
@@ -27,6 +25,7 @@ from agentscaler.models import Tool
 from agentscaler.plots import pyplot, save_png
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json
 from tasks.discover.config import DiscoverConfig
+from tasks.discover.current import current_report, file_key as corpus_file_key
 from tasks.discover.domains import domain_id, find_domains
 from tasks.discover.embed import embed_tools
 from tasks.discover.graph import build_graph, save_graph
@@ -52,11 +51,8 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
     # recognised without reading 30k tools into objects (issue 20 aim 6: warm discovery in seconds).
     file_key = None
     if tools is None:
-        if not ws.tools_path.exists():
-            raise FileNotFoundError(f"no tool corpus at {ws.tools_path}: run the ingest stage first")
-        file_key = content_hash({"corpus_sha256": hashlib.sha256(ws.tools_path.read_bytes()).hexdigest(),
-                                 "config": cfg.model_dump(), "checker": type(checker).__name__ if checker else None})
-        old = _current_report(ws, report_path, force)
+        file_key = corpus_file_key(ws, cfg, checker)
+        old = current_report(ws, report_path, force)
         if old is not None and old.get("file_key") == file_key:
             return {**old["summary"], "skipped": True}
         tools = load_tools(ws.tools_path)
@@ -67,7 +63,7 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
     if reading is not None:
         key["share_reads"] = True
     input_hash = content_hash(key)
-    old = _current_report(ws, report_path, force)
+    old = current_report(ws, report_path, force)
     if old is not None and old.get("input_hash") == input_hash:
         return {**old["summary"], "skipped": True}
     timings = {}
@@ -109,16 +105,6 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
     atomic_write_json(report_path, {"input_hash": input_hash, "file_key": file_key, "config": cfg.model_dump(),
                                     "summary": summary, **dreport})
     return summary
-
-
-def _current_report(ws: Workspace, report_path: Path, force: bool) -> dict[str, Any] | None:
-    """The last run's graph/report.json when its domains are on disk (None with force, or unreadable)."""
-    if force or not ws.domains_path.exists() or not report_path.exists():
-        return None
-    try:
-        return json.loads(report_path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def draw_domains(records: list[dict], g, tools: list[Tool], path: Path, max_domains: int = 150) -> Path:
