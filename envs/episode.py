@@ -165,6 +165,15 @@ class Environment:
             worker.close()
             raise SandboxError(f"{domain_dir}: could not open hosted episodes: {exc}") from None
 
+    def moved(self, domain_dir: Path | str) -> None:
+        """The domain's files now live in `domain_dir`, moved there unchanged (a build validates
+        an environment in a staging folder, moves it into place, then builds its scenarios on the
+        same worker). The running worker needs none of them (code compiled, seed loaded, files
+        bind-mounted by inode); a restarted worker starts from the new folder."""
+        proc = self.worker if isinstance(self.worker, WorkerProcess) else self.worker.host.worker
+        self.domain_dir = Path(domain_dir)
+        proc.domain_dir = self.domain_dir.resolve()
+
     @property
     def isolation(self) -> dict[str, bool]:
         return dict(self.worker.isolation)

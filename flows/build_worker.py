@@ -15,6 +15,7 @@ from agentscaler.errors import failure, is_transient
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
+from tasks.environments.validate import environment_files, keep_environment
 from tasks.scenarios.build import build_scenarios
 
 RETRY_DELAYS_S = (2, 10)  # pauses before retrying a transiently failed domain (here and in build-domain)
@@ -24,13 +25,21 @@ def build_one(ws: Workspace, record: dict[str, Any], tools: list[Tool], synth: s
               max_length: int, log: Any = None) -> dict[str, Any]:
     """One domain: its environment, then its scenarios; the figures the build's summary counts."""
     t0 = time.perf_counter()
-    spec = synthesize_domain(ws, record, tools, synth=synth, seed=seed)
-    name = f"{spec.name} {spec.id}"  # the name synthesis gave it (the UI's task run name guessed it)
-    if log:
-        log("synthesize %s: %d tools, %s of them execute (%.1f s)", name, len(spec.tools),
-            spec.report.get("executes"), time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    scen = build_scenarios(ws, spec.id, per_domain=per_domain, max_length=max_length, seed=seed)
+    # one sandbox worker per domain: validation's (started on the staging folder) builds the
+    # scenarios too once the files are in place, when validation ran and left it healthy
+    with keep_environment() as kept:
+        spec = synthesize_domain(ws, record, tools, synth=synth, seed=seed)
+        name = f"{spec.name} {spec.id}"  # the name synthesis gave it (the UI's task run name guessed it)
+        if log:
+            log("synthesize %s: %d tools, %s of them execute (%.1f s)", name, len(spec.tools),
+                spec.report.get("executes"), time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        final = ws.domain_dir(spec.id)
+        files = environment_files(final) if kept else None
+        env = next((e for e, fp in reversed(kept) if fp == files), None)  # the worker of these very files
+        if env is not None:
+            env.moved(final)
+        scen = build_scenarios(ws, spec.id, per_domain=per_domain, max_length=max_length, seed=seed, env=env)
     if log:
         log("scenarios %s: %d kept%s (%.1f s)", name, scen.get("kept", 0),
             ", unchanged" if scen.get("skipped") else "", time.perf_counter() - t0)

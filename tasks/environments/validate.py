@@ -14,11 +14,15 @@ counts (DomainSpec.report).
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import random
 import sqlite3
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,11 @@ from envs.spec import DomainSpec, ToolSpec
 from tasks.environments.quality import environment_quality
 from tasks.scenarios.arguments import StateView, ground_arguments, read_seed
 from tasks.scenarios.quality import is_empty
+
+# Set by keep_environment(): validate_environment hands its sandboxed environment to the caller
+# instead of closing it (a build then builds the domain's scenarios on the same worker: one
+# sandbox start per domain, not two; flows/build_worker.build_one).
+_KEEP: ContextVar[list[tuple[Environment, str]] | None] = ContextVar("keep_validated_environment", default=None)
 
 REASONS = ("syntax", "missing_function", "signature", "load", "tool_error", "no_state_change", "read_mutated",
            "invalid_arguments", "environment", "empty_result")
@@ -76,6 +85,33 @@ def check_signature(fn: ast.FunctionDef, tool: ToolSpec) -> str | None:
     if no_default:
         return f"optional parameters {no_default} have no default"
     return None
+
+
+def environment_files(domain_dir: Path) -> str:
+    """A fingerprint of what an environment runs: tools.py, the seed database and the spec
+    without its report (the report grows after validation; the rest is what the worker loaded)."""
+    spec = DomainSpec.load(domain_dir)
+    h = hashlib.sha256(spec.model_dump_json(exclude={"report"}).encode())
+    for rel in (spec.code_path, spec.seed_path):
+        h.update(b"\0" + (Path(domain_dir) / rel).read_bytes())
+    return h.hexdigest()
+
+
+@contextmanager
+def keep_environment() -> Iterator[list[tuple[Environment, str]]]:
+    """Within this block (this thread or task), each validate_environment that ends with its
+    sandbox worker healthy appends (its open Environment, environment_files of the folder it
+    ran) to the yielded list instead of closing it; the caller may use one whose fingerprint is
+    that of the folder the files went to (Environment.moved), and everything in the list is
+    closed when the block ends."""
+    kept: list[tuple[Environment, str]] = []
+    token = _KEEP.set(kept)
+    try:
+        yield kept
+    finally:
+        _KEEP.reset(token)
+        for env, _ in kept:
+            env.close()  # closing twice is a no-op
 
 
 # --- the suite ------------------------------------------------------------------------------------
@@ -132,6 +168,7 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
     # a caller-given new key only helps a tool that creates (its plan says so when one exists)
     creates = {n: p.get("action") == "create" for n, p in ((spec.report or {}).get("plans") or {}).items()
                if isinstance(p, dict)}
+    healthy = False
     try:
         env.reset()
         seed_hash = env.state_hash()
@@ -182,16 +219,26 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                 r["reason"] = None
         if quality:
             quality_report = environment_quality(env, spec, state, seed)
+        healthy = True
     except Exception as exc:  # noqa: BLE001 - the worker died or the runtime broke: report, never crash
         for r in per.values():
             if not r["executes"] and r["reason"] is None:
                 r["reason"] = "environment"
                 r["errors"].append(f"{type(exc).__name__}: {exc}"[:300])
     finally:
-        try:
-            env.close()
-        except Exception:  # noqa: BLE001
-            pass
+        kept, files = _KEEP.get(), None
+        if kept is not None and healthy:
+            try:
+                files = environment_files(domain_dir)
+            except (OSError, ValueError):  # unreadable now: nobody can tell it is the same environment
+                files = None
+        if files is not None:
+            kept.append((env, files))
+        else:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001
+                pass
     return _summary(spec, per, domain_dir, t0, rows, quality_report)
 
 

@@ -229,3 +229,37 @@ def test_missing_domain_files_are_clear_errors(tmp_path):
     (dest / "spec.json").write_text("{not json")
     with pytest.raises(SandboxError, match="cannot read spec.json"):
         Environment.open(dest, unsafe=UNSAFE)
+
+
+def test_moved_environment_keeps_serving_and_restarts_from_its_new_folder(shop, tmp_path):
+    """A worker opened on a folder whose files then move (a build's staging folder) keeps serving
+    fresh episodes from what it loaded; after moved(), a worker that has to start again (here:
+    killed) starts from the new folder, the old one being gone."""
+    import os
+    import shutil
+    import signal
+
+    staged = shutil.copytree(shop, tmp_path / "staged")
+    e = Environment.open(staged, unsafe=UNSAFE)
+    try:
+        e.reset()
+        before = e.call("get_user", {"user_id": "u1"})
+        final = tmp_path / "final"
+        final.mkdir()
+        for p in staged.iterdir():
+            p.rename(final / p.name)
+        staged.rmdir()
+        e.moved(final)
+        e.reset()
+        e.call("place_order", {"user_id": "u1", "product_id": "p1"})
+        e.reset()  # a fresh child of the same zygote: nothing read from the old folder
+        assert e.call("get_user", {"user_id": "u1"}) == before
+        pid = e.worker.proc.pid
+        os.killpg(pid, signal.SIGKILL)  # the worker dies (as on a crash)
+        e.worker.proc.wait(timeout=10)
+        e.call("get_user", {"user_id": "u1"})  # the call that finds it dead: it starts again
+        e.reset()
+        assert e.call("get_user", {"user_id": "u1"}) == before and e.worker.proc.pid != pid
+        assert e.domain_dir == final and e.worker.domain_dir == final.resolve()
+    finally:
+        e.close()

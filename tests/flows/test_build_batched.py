@@ -79,3 +79,29 @@ def test_batched_build_makes_what_the_per_domain_build_makes(tmp_path, prefect_h
     assert (again["built"], again["unchanged"]) == (3, 3) and _artifacts(one) == _artifacts(pooled)
     for ws in (one, pooled):  # every domain's stages recorded in its workspace's catalog
         assert Catalog(ws.catalog_path).domain_summary()["counts"] == {"done": 3, "failed": 1}
+
+
+def test_one_worker_per_domain_builds_what_two_workers_build(tmp_path, monkeypatch):
+    """build_one builds a domain's scenarios on the sandbox worker its validation started (on the
+    staging folder, before the files moved into place): one worker start per domain, not two, and
+    the same environment files, spec and scenarios as validation and scenarios on workers of
+    their own. Real sandbox."""
+    from agentscaler.artifacts import load_tools
+    from envs.sandbox import WorkerProcess
+    from flows.build_worker import build_one
+    from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
+    from tasks.scenarios.build import build_scenarios
+
+    starts = []
+    real_start = WorkerProcess.start
+    monkeypatch.setattr(WorkerProcess, "start", lambda self: starts.append(self.domain_dir) or real_start(self))
+    shared, own = _workspace(tmp_path / "shared", n=2), _workspace(tmp_path / "own", n=2)
+    tools = load_tools(shared.tools_path)
+    records = load_domain_records(shared)[:2]
+    kept = [build_one(shared, r, domain_tools(r, tools), "rules", 0, 4, 4)["scenarios"] for r in records]
+    assert len(starts) == 2 and all(k > 0 for k in kept)
+    for r in records:
+        synthesize_domain(own, r, domain_tools(r, tools))
+        build_scenarios(own, r["domain"], per_domain=4, max_length=4, seed=0)
+    assert len(starts) == 6
+    assert _artifacts(shared) == _artifacts(own)
