@@ -12,6 +12,10 @@ the children it reaped (sandbox workers run in their own pid namespace: their CP
 counted), and the stage's peak RSS (the largest process). Growth = seconds per 1k tools at this
 size / seconds per 1k tools at the smallest size (1.0 = linear).
 
+--before REF: the same stages, on the same corpus, by git REF's code (exported with `git archive`,
+run with the same interpreter and packages) in a workspace of its own, each stage run by REF
+first and then by this tree, so both see about the same load; per stage the ratio this/REF.
+
 --issue23: ingest + discover once, then `--runs` builds, each in a fresh workspace (corpus and
 graph copied, no domains), logged with wall time, load and failed domains (with stage, type and
 location) to benchmarks/results/scale_30k_runs.{json,md} after every run.
@@ -34,10 +38,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from bench_discover import synthetic_tools  # noqa: E402
+from bench_discover import export_tree, synthetic_tools  # noqa: E402
 from results_io import Anchor, Figure, Recorder  # noqa: E402
 
-CLI = [sys.executable, "-c", "from flows.cli import app; app()"]
+STAGES = ("ingest", "discover", "discover_warm", "build")
+
+
+def cli(root: Path) -> list[str]:
+    """The command line of the code under `root` (this tree, or --before's export)."""
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(root)!r}); from flows.cli import app; app()"]
 TYPES = {"string": "STRING", "integer": "NUMBER", "number": "NUMBER", "boolean": "BOOLEAN"}
 LAYERS = ["sandbox: bubblewrap uid/net/pid/fs namespaces, seccomp, rlimits, clean environment, landlock",
           "validation of every tool in the sandbox (signature, execution, state change, read purity, quality)",
@@ -67,42 +76,56 @@ def write_corpus(dest: Path, n: int) -> None:
                                                        "api_list": apis}))
 
 
-def stage(ws: Path, *args: str) -> dict:
-    """One `agentscaler` command with --json: its output, wall and CPU seconds, peak RSS (MiB)."""
+def stage(ws: Path, *args: str, root: Path = ROOT) -> dict:
+    """One `agentscaler` command with --json (the code under `root`): its output, wall and CPU
+    seconds, peak RSS (MiB), the load when it started."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = [round(x, 2) for x in os.getloadavg()]
     t0 = time.perf_counter()
-    out = subprocess.run([*CLI, "-w", str(ws), "-q", *args, "--json"], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([*cli(root), "-w", str(ws), "-q", *args, "--json"], cwd=root, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
         raise RuntimeError(f"agentscaler {' '.join(args)} exited {out.returncode}: {out.stderr[-2000:]}")
-    return {"summary": json.loads(out.stdout), "wall_s": round(wall, 2),
+    return {"summary": json.loads(out.stdout), "wall_s": round(wall, 2), "load": load,
             "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
             "peak_rss_mib": round(after.ru_maxrss / 1024, 1)}  # ru_maxrss: the largest child so far
 
 
-def one_size(work: Path, n: int, per_domain: int) -> dict:
-    corpus, ws = work / f"corpus{n}", work / f"ws{n}"
-    shutil.rmtree(ws, ignore_errors=True)
+def one_size(work: Path, n: int, per_domain: int, before: Path | None = None) -> dict:
+    """Every stage on n tools; with `before`, each stage by that code first (workspace ws<n>-before)."""
+    corpus = work / f"corpus{n}"
+    arms = {"after": (work / f"ws{n}", ROOT)} | ({"before": (work / f"ws{n}-before", before)} if before else {})
+    for ws, _ in arms.values():
+        shutil.rmtree(ws, ignore_errors=True)
     if not corpus.exists():
         write_corpus(corpus, n)
-    row: dict = {"tools": n, "load": [round(x, 2) for x in os.getloadavg()]}
-    row["ingest"] = stage(ws, "ingest", str(corpus))
-    row["discover"] = stage(ws, "discover")
-    row["discover_warm"] = stage(ws, "discover")  # the same corpus again: the stage finds its output current
-    row["build"] = stage(ws, "build", "--per-domain", str(per_domain))
-    b = row["build"]["summary"]
-    row.update(domains=row["discover"]["summary"].get("domains"), built=b.get("built"), failed=len(b.get("failed", {})),
-               scenarios=b.get("scenarios"), tools_execute=b.get("tools_execute"),
-               total_s=round(sum(row[s]["wall_s"] for s in ("ingest", "discover", "build")), 2))
+    args = {"ingest": ("ingest", str(corpus)), "discover": ("discover",),
+            "discover_warm": ("discover",),  # the same corpus again: the stage finds its output current
+            "build": ("build", "--per-domain", str(per_domain))}
+    out: dict = {arm: {"tools": n, "load": [round(x, 2) for x in os.getloadavg()]} for arm in arms}
+    for name in STAGES:
+        for arm in [a for a in ("before", "after") if a in arms]:  # the older code first, then this tree
+            ws, root = arms[arm]
+            out[arm][name] = stage(ws, *args[name], root=root)
+    for row in out.values():
+        b = row["build"]["summary"]
+        row.update(domains=row["discover"]["summary"].get("domains"), built=b.get("built"),
+                   failed=len(b.get("failed", {})), scenarios=b.get("scenarios"), tools_execute=b.get("tools_execute"),
+                   total_s=round(sum(row[s]["wall_s"] for s in ("ingest", "discover", "build")), 2),
+                   total_cpu_s=round(sum(row[s]["cpu_s"] for s in ("ingest", "discover", "build")), 2))
+    row = out["after"]
+    if before:
+        row["before"] = out["before"]
     return row
 
 
-def scale(sizes: list[int], per_domain: int, work: Path, quick: bool) -> None:
+def scale(sizes: list[int], per_domain: int, work: Path, quick: bool, before: Path | None = None,
+          before_label: str | None = None) -> None:
     with Recorder("scale") as rec:
         rows = []
         for n in sizes:
-            rows.append(one_size(work, n, per_domain))
+            rows.append(one_size(work, n, per_domain, before))
             print(json.dumps({k: v for k, v in rows[-1].items() if not isinstance(v, dict)}), flush=True)
     base = rows[0]
     label = f"synthetic ToolBench corpus (planted domains of 20), {per_domain} scenarios/domain" + (
@@ -126,20 +149,40 @@ def scale(sizes: list[int], per_domain: int, work: Path, quick: bool) -> None:
                                   value=round(r["build"]["cpu_s"] / max(1, r["domains"] or 1), 3), unit="s",
                                   workload=f"fixture: {label}; the sandbox workers' CPU is not counted"))
         r["growth"] = round(growth, 3)
+        if "before" in r:
+            old = r["before"]
+            for st in STAGES:
+                rec.figures.append(Figure(
+                    name=f"{st} at {r['tools']:,} tools: this tree / {before_label} (wall)",
+                    value=r[st]["wall_s"], unit="s", workload=f"fixture: {label}; CPU {r[st]['cpu_s']} s vs "
+                                                              f"{old[st]['cpu_s']} s",
+                    anchor=Anchor(value=old[st]["wall_s"], unit="s", kind="measured",
+                                  source=f"git {before_label}, same corpus, same run, run just before"),
+                    ratio_to_anchor=round(r[st]["wall_s"] / old[st]["wall_s"], 3) if old[st]["wall_s"] else None))
     rec.layers = LAYERS
     rec.notes = ["per-stage wall seconds include the CLI's start (Python, Prefect import); the build's CPU seconds "
                  "miss the sandbox workers' own CPU (their pid namespace)",
                  "the machine is shared: see the load columns"]
-    lines = ["Each stage: wall s / CPU s (the command and the children it reaped).", "",
-             "| tools | domains | built | failed | scenarios | ingest | discover cold | discover warm | build | "
-             "total wall s | s per 1k tools | growth vs smallest | peak RSS MiB | load at start |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["Each stage: wall s / CPU s (the command and the children it reaped)"
+             + (f"; `{before_label}` rows: the same stages by git {before_label}'s code, each run just before "
+                "this tree's, same corpus" if before else "") + ".", "",
+             "| tools | code | domains | built | failed | scenarios | ingest | discover cold | discover warm | build | "
+             "total wall s / CPU s | s per 1k tools | growth vs smallest | peak RSS MiB | load at stage starts |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        rss = max(r[s]["peak_rss_mib"] for s in ("ingest", "discover", "build"))
-        cells = " | ".join(f"{r[s]['wall_s']} / {r[s]['cpu_s']}" for s in ("ingest", "discover", "discover_warm", "build"))
-        lines.append(f"| {r['tools']:,} | {r['domains']} | {r['built']} | {r['failed']} | {r['scenarios']} | {cells} | "
-                     f"{r['total_s']} | {round(r['total_s'] / r['tools'] * 1000, 2)} | {r['growth']} | {rss} | "
-                     f"{r['load']} |")
+        for code, x in [(before_label, r.get("before")), ("this tree", r)]:
+            if x is None:
+                continue
+            rss = max(x[s]["peak_rss_mib"] for s in ("ingest", "discover", "build"))
+            cells = " | ".join(f"{x[s]['wall_s']} / {x[s]['cpu_s']}" for s in STAGES)
+            loads = ", ".join(str(x[s]["load"][0]) for s in STAGES)
+            lines.append(f"| {r['tools']:,} | {code} | {x['domains']} | {x['built']} | {x['failed']} | {x['scenarios']} | "
+                         f"{cells} | {x['total_s']} / {x['total_cpu_s']} | {round(x['total_s'] / r['tools'] * 1000, 2)} | "
+                         f"{r['growth'] if x is r else ''} | {rss} | {loads} |")
+        if r.get("before"):
+            ratios = ", ".join(f"{s} {round(r[s]['wall_s'] / r['before'][s]['wall_s'], 3)}" for s in STAGES
+                               if r["before"][s]["wall_s"])
+            lines.append(f"|  | this / {before_label} (wall) | | | | | {ratios} | | | | | | | | |")
     print(rec.write("\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in rec.notes) + "\n"))
 
 
@@ -204,6 +247,7 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=None, help="--issue23: the corpus (default: written to --work)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--limit", type=int, default=None, help="--issue23: build at most N domains")
+    ap.add_argument("--before", default=None, help="a git ref: the same stages by its code, beside this tree's")
     a = ap.parse_args()
     work = a.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -214,8 +258,14 @@ def main() -> None:
         issue23(corpus, work, a.runs, a.limit, a.per_domain)
         return
     sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else ([1000, 3000] if a.quick else [1000, 3000, 10000, 30000])
+    before = label = None
+    if a.before:
+        (work / "before-code").mkdir(exist_ok=True)
+        before = export_tree(a.before, work / "before-code")
+        label = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", a.before], capture_output=True,
+                               text=True, check=True).stdout.strip()
     try:
-        scale(sizes, a.per_domain, work, a.quick)
+        scale(sizes, a.per_domain, work, a.quick, before, label)
     finally:
         if a.work is None:
             shutil.rmtree(work, ignore_errors=True)
