@@ -76,8 +76,8 @@ def build_seed(spec: "DomainSpec", rows_by_table: Mapping[str, Iterable[Mapping[
 
     Rows are dicts (column -> value) or tuples in column order; json values are stored as
     sorted-key JSON text. The build goes to a temp file, fsynced once and renamed into place
-    (atomic): no journal on disk and no sync per transaction (a temp file nobody reads until the
-    rename: a crash leaves only the temp file; they were three quarters of its time)."""
+    (atomic): no journal on disk and no sync per transaction (nobody reads the temp file before
+    the rename, and a crash leaves only it; the syncs were more than half of its wall time)."""
     import sqlalchemy as sa  # as in metadata_for
 
     path = Path(path)
