@@ -90,6 +90,35 @@ def infer_edges(plans: list[Plan], given: list[dict[str, Any]] | None,
     return [out[k] for k in sorted(out)]
 
 
+OBSERVER_NOTE = "synthesized observer: the corpus has no read of this record"
+
+
+def observer_tools(plans: list[Plan], entities: dict[str, Entity]) -> list[Tool]:
+    """A read per written entity that no read of the domain is about (nor a read of a record it
+    belongs to, which lists it): `get_<entity>(<entity>_id)`, the lookup a real API almost always
+    has beside its writes, which the corpus excerpt lacks. Planned by the same rules as the corpus's
+    tools (plan_tools), so it is a get like any other; marked origin="synthesized" in the spec."""
+    read = {pl.entity for pl in plans if pl.kind == "read"}
+    listed = {t for n in read if n in entities for t, _, _ in entities[n].children}
+    names = {pl.name for pl in plans}
+    out = []
+    for name in sorted({pl.entity for pl in plans if pl.kind == "write"}):
+        e = entities.get(name)
+        if e is None or name in read or e.table in listed:
+            continue
+        tname = f"get_{name}"[:60]
+        while tname in names:
+            tname += "_record"
+        names.add(tname)
+        words = name.replace("_", " ")
+        pk_schema = {"type": "integer" if e.pk_type == "integer" else "string",
+                     "description": f"The id of the {words}."}
+        out.append(Tool(name=tname, source_name=tname, source="synthesized", kind="read",
+                        description=f"Get the details of one {words} by its id.",
+                        parameters={"type": "object", "properties": {e.pk: pk_schema}, "required": [e.pk]}))
+    return out
+
+
 def domain_name(plans: list[Plan], entities: dict[str, Entity]) -> str:
     """The domain's name: its main nouns (the entities most tools act on), never verbs or tags."""
     uses = Counter(pl.entity for pl in plans)
@@ -116,10 +145,22 @@ def synthesize_rules(domain_id: str, tools: list[Tool], name: str = "", given_ed
         raise ValueError(f"domain {domain_id}: no tools to synthesize")
     rng = random.Random(f"{domain_id}:{seed}")
     plans, entities = plan_tools(tools)
+    observers = {t.name: t for t in observer_tools(plans, entities)}
+    if observers:  # planned with the corpus's tools, by the same rules; one that plans as anything
+        # but a get of the entity it was made for is left out (recorded), never kept half-right
+        want = {t.name: t.parameters["required"][0] for t in observers.values()}
+        plans, entities = plan_tools(tools + list(observers.values()))
+        wrong = {pl.name for pl in plans if pl.name in observers and
+                 (pl.action != "get" or entities[pl.entity].pk != want[pl.name])}
+        if wrong:
+            plans, entities = plan_tools(tools + [t for n, t in observers.items() if n not in wrong])
+        observers = {n: t for n, t in observers.items() if n not in wrong}
+        skipped.update({n: "observer_not_a_get" for n in wrong})
     tables = [TableSpec(name=e.table, columns=list(e.columns.values()), primary_key=[e.pk])
               for _, e in sorted(entities.items())]
     specs = [ToolSpec(name=pl.name, description=pl.tool.description, parameters=pl.tool.parameters,
-                      returns=pl.tool.returns, kind=pl.kind, source_tool_id=pl.tool.id or None) for pl in plans]
+                      returns=pl.tool.returns, kind=pl.kind, source_tool_id=pl.tool.id or None,
+                      origin="synthesized" if pl.name in observers else "corpus") for pl in plans]
     edges = infer_edges(plans, given_edges, entities)
     dname = name or domain_name(plans, entities)
     spec = DomainSpec(id=domain_id, name=dname,
@@ -128,6 +169,7 @@ def synthesize_rules(domain_id: str, tools: list[Tool], name: str = "", given_ed
                       report={"plans": {pl.name: {"kind": pl.kind, "kind_reason": pl.kind_reason, "action": pl.action,
                                                   "entity": pl.entity, "table": entities[pl.entity].table,
                                                   "verb": pl.verb,
+                                                  **({"origin": "synthesized"} if pl.name in observers else {}),
                                                   **({"anchor": entities[pl.anchor].table} if pl.anchor else {}),
                                                   **({"states": {pl.status_col: list(pl.status_from)}}
                                                      if pl.status_from else {})}
@@ -136,6 +178,9 @@ def synthesize_rules(domain_id: str, tools: list[Tool], name: str = "", given_ed
                                                     "quantity": e.quantity or None, "balance": e.balance or None}
                                            for _, e in sorted(entities.items())},
                               "near_duplicates": alias_report(aliases),
+                              "observers": {"synthesized": sorted(observers), "note": OBSERVER_NOTE,
+                                            "left_out": sorted(n for n, r in skipped.items()
+                                                               if r == "observer_not_a_get")},
                               "bad_input": {k: sorted(v) for k, v in sorted(bad.items())}})
     rows = seed_rows(entities, rng, clock)
     code = HEADER.format(id=domain_id, name=spec.name.replace('"', "'")) + "".join(
