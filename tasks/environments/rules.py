@@ -95,11 +95,17 @@ OBSERVER_NOTE = "synthesized observer: the corpus has no read of this record"
 
 def observer_tools(plans: list[Plan], entities: dict[str, Entity]) -> list[Tool]:
     """A read per written entity that no read of the domain is about (nor a read of a record it
-    belongs to, which lists it): `get_<entity>(<entity>_id)`, the lookup a real API almost always
+    belongs to, which lists it when its creates name that record): `get_<entity>(<entity>_id)`, the lookup a real API almost always
     has beside its writes, which the corpus excerpt lacks. Planned by the same rules as the corpus's
     tools (plan_tools), so it is a get like any other; marked origin="synthesized" in the spec."""
     read = {pl.entity for pl in plans if pl.kind == "read"}
-    listed = {t for n in read if n in entities for t, _, _ in entities[n].children}
+    # a record a read of its parent lists, when every create of it names that parent
+    creates: dict[str, list[Plan]] = {}
+    for pl in plans:
+        if pl.action == "create":
+            creates.setdefault(entities[pl.entity].table, []).append(pl)
+    listed = {t for n in read if n in entities for t, col, _ in entities[n].children
+              if all(any(p.column == col for p in pl.params) for pl in creates.get(t, []))}
     names = {pl.name for pl in plans}
     out = []
     for name in sorted({pl.entity for pl in plans if pl.kind == "write"}):

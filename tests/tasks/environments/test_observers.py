@@ -100,3 +100,31 @@ def test_scenarios_and_verification_treat_the_observer_like_any_read(ws: Workspa
     finally:
         env.close()
     assert all(t.verdict.passed for t in trajs), [(t.verdict.reasons) for t in trajs if not t.verdict.passed]
+
+
+LAWSUITS = [
+    _tool("file_lawsuit", "File a lawsuit against a defendant.",
+          {"plaintiff": {"type": "string", "description": "Who sues."},
+           "defendant": {"type": "string", "description": "Who is sued."}}, ["plaintiff", "defendant"]),
+    _tool("lawsuit_info", "Retrieves details of a lawsuit given a case number.",
+          {"case_number": {"type": "string", "description": "The case number of the lawsuit."}}, ["case_number"]),
+]
+
+
+def test_a_create_assigns_what_a_read_looks_its_records_up_by(tmp_path):
+    """lawsuit_info finds lawsuits only by case number, which file_lawsuit is not given: filing
+    numbers the case (the new record's id), so the corpus's own read shows the filed lawsuit and
+    no observer is needed."""
+    ws = Workspace(tmp_path)
+    spec = synthesize_domain(ws, {"domain": "court", "tools": [t.id for t in LAWSUITS],
+                                  "names": [t.name for t in LAWSUITS]}, LAWSUITS, unsafe=UNSAFE)
+    assert not [t for t in spec.tools if t.origin == "synthesized"]
+    out = play_calls(ws, "court", [
+        {"name": "file_lawsuit", "arguments": {"plaintiff": "Ada", "defendant": "Bob"}}], unsafe=UNSAFE)
+    new = out["results"][0]["content"]
+    assert new["case_number"] == new["lawsuit_id"]
+    out = play_calls(ws, "court", [
+        {"name": "file_lawsuit", "arguments": {"plaintiff": "Ada", "defendant": "Bob"}},
+        {"name": "lawsuit_info", "arguments": {"case_number": new["case_number"]}}], unsafe=UNSAFE)
+    assert [r["lawsuit_id"] for r in out["results"][1]["content"]] == [new["lawsuit_id"]]
+    assert spec.report["quality"]["write_observability"] == 1.0, spec.report["quality"]["unobserved"]
