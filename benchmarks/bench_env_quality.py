@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/bench_env_quality.py --real                   # BFCL + tau2 + NESTFUL, built here
     .venv/bin/python benchmarks/bench_env_quality.py --synthetic 3000         # ToolBench-format corpus, built here
     .venv/bin/python benchmarks/bench_env_quality.py --workspace WS           # an already built workspace
+    .venv/bin/python benchmarks/bench_env_quality.py --workspace REAL --name "real corpora: ..." --only IDS \
+        --workspace SYN30K --name "fixture/synthetic: ..." --before OLD.json --before-as "real corpora: ..."
     .venv/bin/python benchmarks/bench_env_quality.py --labelled-only          # read/write classification only
     .venv/bin/python benchmarks/bench_env_quality.py --quick                  # bounded: labelled set + the
                                                                               # services fixture corpus
@@ -390,7 +392,7 @@ def markdown(res: dict[str, Any]) -> str:
             c = ceiling(p)
             out += ["", f"Unobserved synthesized writes by cause: {p['unobserved_causes']}. "
                         f"{c['no_read_in_corpus']} of {p['writes']} writes change an entity no read of the whole "
-                        f"corpus is about (found by discovery; nothing is invented for them) and "
+                        f"corpus is about (found by discovery; only a synthesized observer can show them) and "
                         f"{c['no_read_in_domain']} more have no read about what they change in their domain, so the "
                         f"share any synthesis could show is at most {pct(c['ceiling'])} "
                         f"(corpus ceiling {pct(c['corpus_ceiling'])}); of the writes some read is about, "
@@ -465,7 +467,9 @@ def main() -> None:
     ap.add_argument("--labelled-only", action="store_true")
     ap.add_argument("--per-domain", type=int, default=20)
     ap.add_argument("--limit", type=int, default=None, help="measure at most N domains per workspace")
-    ap.add_argument("--only", type=Path, default=None, help="a file of domain ids (one a line): measure only those")
+    ap.add_argument("--only", type=Path, action="append", default=[],
+                    help="a file of domain ids (one a line): measure only those; one per --workspace, in order "
+                         "(a workspace without one, or '-', is measured whole; without --workspace: every corpus)")
     ap.add_argument("--quick", action="store_true",
                     help="bounded (< 3 min): the labelled set and the services fixture corpus (6 domains)")
     ap.add_argument("--keep", type=Path, default=None, help="build under this folder and keep it")
@@ -482,7 +486,7 @@ def main() -> None:
         render(args.render, args.keep, args.out)
         return
     unsafe = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
-    only = set(args.only.read_text().split()) if args.only else None
+    only = [None if str(f) == "-" else set(f.read_text().split()) for f in args.only]
     rec = Recorder(args.out.stem).__enter__()
     rec.layers = ["sandbox: zygote + fresh forked child per episode" + (" (UNSAFE: off)" if unsafe else ""),
                   "gold replays verified by replay in the sandbox (tasks.verify.replay)"]
@@ -508,9 +512,12 @@ def main() -> None:
             synth_toolbench(folder, args.synthetic)
             todo.append((f"synthetic ToolBench corpus, {args.synthetic} tools", Workspace(base / "synthetic"),
                          [str(folder)]))
+        first = len(todo)  # --only files pair with the --workspace folders in order
         for i, w in enumerate(args.workspace):
             todo.append((args.name[i] if i < len(args.name) else f"workspace {w}", Workspace(w), None))
-        for name, ws, sources in todo:
+        for k, (name, ws, sources) in enumerate(todo):
+            j = k - first if args.workspace else 0
+            ids = only[j] if 0 <= j < len(only) else None
             part: dict[str, Any] = {}
             if sources is not None:
                 print(f"building {name} ({load()})", file=sys.stderr)
@@ -519,7 +526,7 @@ def main() -> None:
                     tau2_verticals(ws)
             print(f"measuring {name} ({load()})", file=sys.stderr)
             t = time.perf_counter()
-            part["domains"] = measure_workspace(ws, unsafe, args.limit, only)
+            part["domains"] = measure_workspace(ws, unsafe, args.limit, ids)
             part["measure_s"] = round(time.perf_counter() - t, 1)
             part["load_after"] = load()
             res["corpora"][name] = part
