@@ -14,6 +14,7 @@ from envs.sandbox import unsafe_from_env
 from envs.spec import DomainSpec
 from tasks.environments.play import play_calls
 from tasks.environments.synthesize import synthesize_domain
+from tasks.evaluation.report import funnel
 from tasks.rollouts.gold import gold_trajectory
 from tasks.scenarios.build import build_scenarios
 from tasks.verify.replay import Replayer
@@ -58,6 +59,8 @@ def test_a_written_record_no_read_is_about_gets_a_marked_observer(ws: Workspace)
     assert spec.report["observers"]["synthesized"] == ["get_complaint"]
     # stores are read by the corpus's own search: no observer for them
     assert not any(t.name.startswith("get_store") for t in spec.tools)
+    counts = funnel(ws)  # counted apart in the funnel
+    assert counts["synthesized_observers"] == 1 and counts["environment_tools"] == len(TOOLS) + 1
 
 
 def test_the_observer_shows_the_writes_and_is_counted_apart(ws: Workspace):
