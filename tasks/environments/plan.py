@@ -647,7 +647,7 @@ def _looked_up_by(plans: list[Plan], e: Entity) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _assigned_value(col: str, schema: dict[str, Any]) -> Any:
+def _assigned_value(schema: dict[str, Any]) -> Any:
     """What a create assigns to a field a read looks its records up by, when the caller gave
     none: the schema's default, its first allowed value, else (text) the new record's own id,
     as a real API numbers a filed case; None (not assigned) for other types."""
@@ -667,7 +667,7 @@ def _effects(plans: list[Plan], entities: dict[str, Entity]) -> None:
         if pl.action == "create":
             given = {p.column for p in pl.params}
             for col, schema in sorted(_looked_up_by(plans, e).items()):
-                value = _assigned_value(col, schema)
+                value = _assigned_value(schema)
                 if col not in given and value is not None:
                     pl.effects.append({"kind": "assign", "column": col, "value": value})
             if pl.status_to:  # start_session: a record created in the started state

@@ -188,7 +188,7 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
     pending: list[tuple[str, list[tuple[str, dict[str, Any]]], list[Any], list[str]]] = []
     for w in writes:
         r: dict[str, Any] = {"observed": False, "changed": False, "by": None, "why": "no call changed the state",
-                             "observed_with_observers": False, "by_observer": None}
+                             "observed_with_observers": False, "by_any": None}
         per[w.name] = r
         for given in [None] * tries + list((examples or {}).get(w.name, []))[:tries]:
             env.reset()
@@ -241,7 +241,7 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
             if corpus_hit:
                 per[name].update(observed=True, by=corpus_hit, why=None)
             if hits:
-                per[name].update(observed_with_observers=True, by_observer=next(iter(hits)))
+                per[name].update(observed_with_observers=True, by_any=hits[0])
     n = len(per)
     seen = sum(r["observed"] for r in per.values())
     seen_o = sum(r["observed_with_observers"] for r in per.values())
@@ -252,7 +252,6 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
              "write_observability_with_observers": round(seen_o / n, 4) if n else None,
              "unobserved_with_observers": {k: v["why"] for k, v in per.items() if not v["observed_with_observers"]}},
             outputs)
-
 
 
 def environment_quality(env: Any, spec: DomainSpec, state: StateView, seed: int = 0,

@@ -95,9 +95,10 @@ OBSERVER_NOTE = "synthesized observer: the corpus has no read of this record"
 
 def observer_tools(plans: list[Plan], entities: dict[str, Entity]) -> list[Tool]:
     """A read per written entity that no read of the domain is about (nor a read of a record it
-    belongs to, which lists it when its creates name that record): `get_<entity>(<entity>_id)`, the lookup a real API almost always
-    has beside its writes, which the corpus excerpt lacks. Planned by the same rules as the corpus's
-    tools (plan_tools), so it is a get like any other; marked origin="synthesized" in the spec."""
+    belongs to, which lists it when its creates name that record): `get_<entity>(<entity>_id)`,
+    the lookup a real API almost always has beside its writes, which the corpus excerpt lacks.
+    Planned by the same rules as the corpus's tools (plan_tools), so it is a get like any other;
+    marked origin="synthesized" in the spec."""
     read = {pl.entity for pl in plans if pl.kind == "read"}
     # a record a read of its parent lists, when every create of it names that parent
     creates: dict[str, list[Plan]] = {}
