@@ -8,7 +8,7 @@ Measured on the built environment (spec, seed, tool code in the sandbox), whatev
   differently than on the seed (a new booking is found, a cancelled one shows its new status,
   a deleted one is gone, a seat count dropped). Measured twice: with the corpus's reads only
   (`write_observability`), and with the synthesized observers too
-  (`write_observability_with_observers`; tasks.environments.rules.observer_tools);
+  (`write_observability_with_observers`; tasks.environments.rules.observer_plans);
 - execution (in tasks.environments.validate): a grounded call returns a non-error, non-empty result.
 Generated code runs only in the sandbox (`envs.episode.Environment`); nothing is executed here.
 """
@@ -215,7 +215,7 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
                     row[d["column"]] = d.get("after")
                 rows.append(row)
             # the corpus's reads (those about the changed tables first), then synthesized observers
-            # of the changed tables (tasks.environments.rules.observer_tools), counted apart
+            # of the changed tables (tasks.environments.rules.observer_plans), counted apart
             cands = sorted(reads, key=lambda t: (not _related(t, set(tables), plans), t.name))[:max_reads]
             after_state = StateView(spec, rows=_focus(state.rows, diff))  # what changed, as a read may find it
             calls = [(rd.name, ground_arguments(rd, after_state, [*rows, res.content], rng, optional_prob=0.2)[0])

@@ -18,7 +18,7 @@ from envs.spec import DomainSpec, Edge, TableSpec, ToolSpec
 from envs.store import render_models_py
 from tasks.environments.bad_input import inspect_tool
 from tasks.environments.dedupe import alias_report, merge_near_duplicates
-from tasks.environments.plan import Entity, Plan, plan_tools
+from tasks.environments.plan import Entity, Param, Plan, plan_tools
 from tasks.environments.render import HEADER, render_tool
 from tasks.environments.seed import seed_rows
 from tasks.environments.synthesis import Synthesis, discovered_edges
@@ -93,12 +93,13 @@ def infer_edges(plans: list[Plan], given: list[dict[str, Any]] | None,
 OBSERVER_NOTE = "synthesized observer: the corpus has no read of this record"
 
 
-def observer_tools(plans: list[Plan], entities: dict[str, Entity]) -> list[Tool]:
+def observer_plans(plans: list[Plan], entities: dict[str, Entity]) -> list[Plan]:
     """A read per written entity that no read of the domain is about (nor a read of a record it
     belongs to, which lists it when its creates name that record): `get_<entity>(<entity>_id)`,
     the lookup a real API almost always has beside its writes, which the corpus excerpt lacks.
-    Planned by the same rules as the corpus's tools (plan_tools), so it is a get like any other;
-    marked origin="synthesized" in the spec."""
+    Planned as the rules plan any get by its own key (and rendered by the same template), built
+    directly rather than re-planned from its name: a name such as get_source_map would be read
+    as a map's lookup. The corpus's plans and entities are left as they were."""
     read = {pl.entity for pl in plans if pl.kind == "read"}
     # a record a read of its parent lists, when every create of it names that parent
     creates: dict[str, list[Plan]] = {}
@@ -118,11 +119,13 @@ def observer_tools(plans: list[Plan], entities: dict[str, Entity]) -> list[Tool]
             tname += "_record"
         names.add(tname)
         words = name.replace("_", " ")
-        pk_schema = {"type": "integer" if e.pk_type == "integer" else "string",
-                     "description": f"The id of the {words}."}
-        out.append(Tool(name=tname, source_name=tname, source="synthesized", kind="read",
-                        description=f"Get the details of one {words} by its id.",
-                        parameters={"type": "object", "properties": {e.pk: pk_schema}, "required": [e.pk]}))
+        pk_schema = {"type": "integer" if e.pk_type == "integer" else "string", "description": f"The id of the {words}."}
+        tool = Tool(name=tname, source_name=tname, source="synthesized", kind="read",
+                    description=f"Get the details of one {words} by its id.",
+                    parameters={"type": "object", "properties": {e.pk: pk_schema}, "required": [e.pk]})
+        out.append(Plan(tool=tool, name=tname, kind="read", action="get", verb="get", entity=name,
+                        params=[Param(name=e.pk, schema=pk_schema, required=True, role="pk", column=e.pk, ref=name)],
+                        kind_reason="synthesized"))
     return out
 
 
@@ -152,17 +155,9 @@ def synthesize_rules(domain_id: str, tools: list[Tool], name: str = "", given_ed
         raise ValueError(f"domain {domain_id}: no tools to synthesize")
     rng = random.Random(f"{domain_id}:{seed}")
     plans, entities = plan_tools(tools)
-    observers = {t.name: t for t in observer_tools(plans, entities)}
-    if observers:  # planned with the corpus's tools, by the same rules; one that plans as anything
-        # but a get of the entity it was made for is left out (recorded), never kept half-right
-        want = {t.name: t.parameters["required"][0] for t in observers.values()}
-        plans, entities = plan_tools(tools + list(observers.values()))
-        wrong = {pl.name for pl in plans if pl.name in observers and
-                 (pl.action != "get" or entities[pl.entity].pk != want[pl.name])}
-        if wrong:
-            plans, entities = plan_tools(tools + [t for n, t in observers.items() if n not in wrong])
-        observers = {n: t for n, t in observers.items() if n not in wrong}
-        skipped.update({n: "observer_not_a_get" for n in wrong})
+    added = observer_plans(plans, entities)  # reads not from the corpus, marked as such below
+    observers = {pl.name for pl in added}
+    plans = plans + added
     tables = [TableSpec(name=e.table, columns=list(e.columns.values()), primary_key=[e.pk])
               for _, e in sorted(entities.items())]
     specs = [ToolSpec(name=pl.name, description=pl.tool.description, parameters=pl.tool.parameters,
@@ -185,9 +180,7 @@ def synthesize_rules(domain_id: str, tools: list[Tool], name: str = "", given_ed
                                                     "quantity": e.quantity or None, "balance": e.balance or None}
                                            for _, e in sorted(entities.items())},
                               "near_duplicates": alias_report(aliases),
-                              "observers": {"synthesized": sorted(observers), "note": OBSERVER_NOTE,
-                                            "left_out": sorted(n for n, r in skipped.items()
-                                                               if r == "observer_not_a_get")},
+                              "observers": {"synthesized": sorted(observers), "note": OBSERVER_NOTE},
                               "bad_input": {k: sorted(v) for k, v in sorted(bad.items())}})
     rows = seed_rows(entities, rng, clock)
     code = HEADER.format(id=domain_id, name=spec.name.replace('"', "'")) + "".join(
