@@ -55,8 +55,9 @@ import orjson
 from agentscaler.artifacts import TRAJECTORIES, load_scenarios, read_trajectory_rows
 from agentscaler.hashing import canonical_json
 from agentscaler.models import Scenario, Trajectory, Verdict
-from agentscaler.schemas import check
+from agentscaler.schemas import check, value_problem
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json, atomic_write_jsonl
+from envs.episode import Checked
 from envs.fastcheck import flat_checker
 from envs.spec import DomainSpec
 from tasks.rollouts.conversation import pending_write
@@ -103,7 +104,10 @@ class DomainTools:
         ok = self._seen.get(key)
         if ok is None:
             c, fast = self.checks.get(name), self.fast.get(name)
-            ok = self._seen[key] = c is not None and ((fast is not None and fast(args)) or c.is_valid(args))
+            # value_problem first, as the episode checks (envs.episode.Environment._check): the flat
+            # check alone would pass a NaN or an infinity
+            ok = self._seen[key] = c is not None and value_problem(args) is None \
+                and ((fast is not None and fast(args)) or c.is_valid(args))
         return ok
 
 
@@ -237,6 +241,7 @@ def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools, max
                 raw = fn.get("arguments")
                 args = _args(raw)
                 key = None
+                call: tuple[str, Any] = (name, raw if args is None else args)
                 if args is None:
                     reasons.add("malformed_dialogue")
                 else:
@@ -246,11 +251,13 @@ def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools, max
                         reasons.add("unknown_tool")
                     elif not tools.valid(name, args, key):
                         reasons.add("invalid_arguments")
+                    else:
+                        call = Checked(call)  # the replay does not check these arguments again
                 cid = str(c.get("id"))
                 if cid in pending:
                     reasons.add("malformed_dialogue")  # two calls of one turn share an id
                 pending[cid] = len(d.calls)
-                d.calls.append((name, raw if args is None else args))
+                d.calls.append(call)
                 d.keys.append(key)
                 d.shown.append(None)
         else:  # tool
@@ -393,7 +400,7 @@ def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, e
         trajs: list[Trajectory] = []
         raws: list[bytes | None] = []  # each line as read (the verdict alone is encoded again)
         unreadable: list[str] = []
-        for where, traj, _, detail, raw in read_trajectory_rows(path):
+        for where, traj, _, detail, raw in read_trajectory_rows(path, share_tools=True):
             if traj is None:
                 unreadable.append(f"{where}: {detail}"[:300])
             else:
