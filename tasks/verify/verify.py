@@ -43,6 +43,7 @@ from __future__ import annotations
 import fcntl
 import gc
 import json
+import math
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -111,19 +112,30 @@ class DomainTools:
         return ok
 
 
-def _norm(v: Any) -> Any:
-    """Numbers compare by value (1 == 1.0) in call matching."""
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
+def _norm(v: Any, finite: bool = False) -> Any:
+    """Numbers compare by value (1 == 1.0) in call matching. finite: a NaN or an infinity raises
+    ValueError (orjson would write it as null)."""
+    if isinstance(v, float):
+        if v.is_integer():
+            return int(v)
+        if finite and not math.isfinite(v):
+            raise ValueError("not a finite number")
+        return v
     if isinstance(v, dict):
-        return {k: _norm(x) for k, x in v.items()}
+        return {k: _norm(x, finite) for k, x in v.items()}
     if isinstance(v, list):
-        return [_norm(x) for x in v]
+        return [_norm(x, finite) for x in v]
     return v
 
 
 def call_key(name: str, args: dict[str, Any]) -> str:
-    return canonical_json([name, _norm(args)])
+    """The text two calls share when they are the same call (name, arguments by value). Keys are
+    only compared within one process: orjson's sorted-key text (5x faster), or canonical JSON for
+    what orjson would not write exactly (NaN, infinities, integers over 64 bits, odd objects)."""
+    try:
+        return orjson.dumps([name, _norm(args, True)], option=orjson.OPT_SORT_KEYS).decode()
+    except (ValueError, TypeError):  # orjson.JSONEncodeError is a TypeError
+        return canonical_json([name, _norm(args)])
 
 
 def calls_match(agent: list[tuple[str, dict[str, Any]]], gold: list[tuple[str, dict[str, Any]]],
