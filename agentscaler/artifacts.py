@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +168,7 @@ def _spliced(line: bytes, known: dict[bytes, list[dict[str, Any]]]) -> tuple[dic
     return head, tools
 
 
-def read_trajectory_rows(path: Path, share_tools: bool = False
+def read_trajectory_rows(path: Path, share_tools: bool = False, take: Callable[[bytes], bool] | None = None
                          ) -> Iterator[tuple[str, Trajectory | None, str | None, str, bytes | None]]:
     """read_trajectories with each line as read (bytes, None where orjson refused it): a writer
     that changes only the verdict puts the new one into the line rather than encoding the whole
@@ -181,11 +181,12 @@ def read_trajectory_rows(path: Path, share_tools: bool = False
 
     share_tools: a line whose tools list is byte for byte one read before (every trajectory of a
     domain carries the same list: 70% of a line's bytes) gets that list object, shared and not
-    parsed again: for readers that never change `.tools` (the verifier). Same trajectories."""
+    parsed again: for readers that never change `.tools` (the verifier). Same trajectories.
+    take: only the lines it accepts are read (a verifier process's share of a run)."""
     known: dict[bytes, list[dict[str, Any]]] = {}
     with open(path, "rb") as fh:
         for lineno, line in enumerate(fh, 1):
-            if not line.strip():
+            if not line.strip() or (take is not None and not take(line)):
                 continue
             where = f"{path}:{lineno}"
             try:

@@ -144,17 +144,17 @@ def sandbox_cpu_s(envs: list[Environment]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def static_alone(ws: Workspace, trajs: list[Trajectory]) -> float:
-    """Seconds for the static checks of every trajectory, scenarios and specs loaded (new
-    validators: cold), the cyclic GC paused as verify_run pauses it."""
+def static_alone(ws: Workspace, trajs: list[Trajectory]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) for the static checks of every trajectory, scenarios and specs
+    loaded (new validators: cold), the cyclic GC paused as verify_run pauses it."""
     gc.disable()
     try:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         scenarios = scenario_map(ws, {t.domain for t in trajs})
         tools = {d: DomainTools(DomainSpec.load(ws.domain_dir(d))) for d in {t.domain for t in trajs}}
         for t in trajs:
             check_dialogue(t, scenarios[t.scenario_id], tools[t.domain])
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
     finally:
         gc.enable()
 
@@ -164,7 +164,8 @@ def measure(ws: Workspace, repeats: int, fresh_sample: int) -> dict:
     trajs = load_trajectories(ws, GOLD_RUN)
     domains = sorted({t.domain for t in trajs})
     out: dict = {"trajectories": len(trajs), "domains": len(domains), "load": [load()]}
-    out["static_s"] = [static_alone(ws, trajs) for _ in range(repeats)]
+    static = [static_alone(ws, trajs) for _ in range(repeats)]
+    out["static_s"], out["static_cpu"] = [w for w, _ in static], [c for _, c in static]
     del trajs
     gc.collect()
 
@@ -226,7 +227,7 @@ def pooled(ms: list[dict]) -> dict:
     """One code's measure() rounds as one: the repeated rows pooled, the once-per-round rows as
     lists (their median is the row)."""
     out = dict(ms[0])
-    for k in ("static_s", "open_walls", "open_cpu", "open_reports", "load"):
+    for k in ("static_s", "static_cpu", "open_walls", "open_cpu", "open_reports", "load"):
         out[k] = [x for m in ms for x in m[k]]
     out["open_s"] = statistics.median(m["open_s"] for m in ms)
     out["rounds"] = len(ms)
@@ -343,7 +344,10 @@ def figures(rec, m: dict, label: str, anchor_m: dict | None, anchor_label: str) 
         [k / s for k, s in a["fresh"]] if a else None)
     cpu_v = statistics.median(c for c, _ in m["open_cpu"]) * 1000 / n
     cpu_s = statistics.median(s for _, s in m["open_cpu"]) * 1000 / n
-    for name, v, av in (("verifier CPU per trajectory (workers open)", cpu_v,
+    cpu_static = statistics.median(m["static_cpu"]) * 1000 / n
+    for name, v, av in (("static checks alone: CPU per trajectory", cpu_static,
+                         statistics.median(a["static_cpu"]) * 1000 / n if a else None),
+                        ("verifier CPU per trajectory (workers open)", cpu_v,
                          statistics.median(c for c, _ in a["open_cpu"]) * 1000 / n if a else None),
                         ("sandbox CPU per trajectory (workers open)", cpu_s,
                          statistics.median(s for _, s in a["open_cpu"]) * 1000 / n if a else None)):
