@@ -419,6 +419,7 @@ def verify_part(ws: Workspace, path: Path, max_repeats: int = 3, replayer: Repla
     collecting = gc.isenabled()
     gc.disable()
     part = Part()
+    c0 = time.process_time()
     try:
         t0 = time.perf_counter()
         trajs: list[Trajectory] = []
@@ -448,7 +449,7 @@ def verify_part(ws: Workspace, path: Path, max_repeats: int = 3, replayer: Repla
         if collecting:
             gc.enable()
     part.seconds = {"read": t_read - t0, "verify": t_verify - t_read, "encode": time.perf_counter() - t_verify,
-                    "replay": replay_s}
+                    "replay": replay_s, "cpu": time.process_time() - c0}
     return part
 
 
