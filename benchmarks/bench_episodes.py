@@ -2,17 +2,25 @@
 
     .venv/bin/python benchmarks/bench_episodes.py --workspace WS [--quick] [--episodes 1024] [--domains 128]
 
-E episodes over D domains of a built workspace (round robin), all open at once, each its own
-`Environment` (today's design: one sandbox worker per episode, a zygote plus the episode's child,
-isolation layers as in every run). Measured:
-  - time to open every episode (Environment.open + reset), median and p99 per episode;
+E episodes over D domains of a built workspace (round robin), all open at once, in two designs side
+by side: a worker per episode (`Environment.open`: a zygote plus the episode's child) and hosted
+episodes (`Environment.open_hosted`: --per-worker episodes in one sandbox worker, each its own seed
+copy, connection and tools.py namespace); isolation layers as in every run. Measured:
+  - time to open every episode (open + reset), median and p99 per worker;
   - memory of every process of ours (this one and its descendants): the sum of PSS from
     /proc/PID/smaps_rollup (pages shared between the zygote and its child counted once, split),
     and the number of processes;
-  - aggregate read calls/s for --seconds with --threads caller threads, each owning a disjoint share
-    of the episodes, and the per-call latency (median, p99); calls are the read-only scenarios' gold
-    calls of each domain (grounded arguments, answers from the seed); the caller does not busy-wait
-    (spin 0: with hundreds of workers a spinning caller only burns the cores the workers need);
+  - aggregate read calls/s for --seconds, the per-call latency (median, p99), and the CPU time of
+    every process of ours per call (utime + stime from /proc, the workers included: on a shared
+    machine the wall figures move with the load, CPU per call much less). Two ways of calling:
+    plain calls (`env.call`, --threads caller threads, each owning a disjoint share of the
+    episodes, one call at a time) and vectorized steps (`Environment.call_many`, as RL frameworks
+    step many environments per call: --step-threads caller threads, each owning a disjoint share
+    of the workers, a step is one call of every episode of --step-workers workers, one message
+    per worker; a call's latency is then its step's round trip, from call_many to its return).
+    Calls are the read-only scenarios' gold calls of each domain (grounded arguments, answers from
+    the seed); the caller does not busy-wait (spin 0: with hundreds of workers a spinning caller
+    only burns the cores the workers need);
   - after the calls, every episode still answers (a call per episode).
 Before opening the full count it opens --probe episodes and extrapolates memory; if the estimate is
 over --max-gib it records the extrapolation (labelled so) instead of opening the rest, so this
@@ -103,31 +111,61 @@ def open_episodes(ws: Workspace, domains: list[str], n: int, per_worker: int, po
     return envs, times, errors
 
 
-def drive(envs: list[tuple[str, Environment]], calls: dict[str, list[tuple[str, dict]]], threads: int,
-          seconds: float) -> tuple[int, int, list[float]]:
-    """Each thread loops over its own episodes, one read call each in turn, until the deadline."""
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of the live processes (all threads), from /proc."""
+    ticks = 0
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+Step = list[tuple[str, Environment]]  # (domain, episode) pairs called together
+
+
+def shares_of(envs: list[tuple[str, Environment]], threads: int, per_step: int | None) -> list[list[Step]]:
+    """Each caller thread's disjoint share of steps. per_step None: plain calls, a step is one
+    episode; else the episodes grouped by worker, a step is per_step workers' episodes."""
+    if per_step is None:
+        return [[[pair] for pair in envs[i::threads]] for i in range(threads)]
+    workers: dict[int, Step] = {}
+    for d, env in envs:
+        workers.setdefault(id(getattr(env.worker, "host", env.worker)), []).append((d, env))
+    groups = list(workers.values())
+    return [[[pair for g in mine[k:k + per_step] for pair in g] for k in range(0, len(mine), per_step)]
+            for mine in (groups[i::threads] for i in range(threads))]
+
+
+def drive(shares: list[list[Step]], calls: dict[str, list[tuple[str, dict]]], seconds: float,
+          vectorized: bool) -> tuple[int, int, list[float]]:
+    """One thread per share runs its steps in turn, one read call per episode, until the deadline:
+    plain, each call is an env.call; vectorized, a step is one Environment.call_many and every call
+    of it gets the step's round trip as its latency."""
     stop = time.perf_counter() + seconds
     lock = threading.Lock()
     lat: list[float] = []
     counts = {"ok": 0, "err": 0}
 
-    def run(share: list[tuple[str, Environment]]) -> None:
+    def run(share: list[Step]) -> None:
         mine, ok, err, j = [], 0, 0, 0
         while time.perf_counter() < stop:
-            for d, env in share:
-                name, args = calls[d][j % len(calls[d])]
+            for step in share:
+                batch = [(env, *calls[d][j % len(calls[d])]) for d, env in step]
                 t = time.perf_counter()
-                res = env.call(name, args)
-                mine.append(time.perf_counter() - t)
-                ok, err = ok + res.ok, err + (not res.ok)
+                got = Environment.call_many(batch) if vectorized else [env.call(n, a) for env, n, a in batch]
+                mine += [time.perf_counter() - t] * len(got)
+                good = sum(r.ok for r in got)
+                ok, err = ok + good, err + len(got) - good
             j += 1
         with lock:
             lat.extend(mine)
             counts["ok"] += ok
             counts["err"] += err
 
-    shares = [envs[i::threads] for i in range(threads)]
-    with ThreadPoolExecutor(threads) as pool:
+    with ThreadPoolExecutor(len(shares)) as pool:
         list(pool.map(run, [s for s in shares if s]))
     return counts["ok"], counts["err"], lat
 
@@ -154,11 +192,6 @@ def measure(rec: Recorder, ws: Workspace, calls: dict[str, list[tuple[str, dict]
     gib = pss_gib(pids)
     if envs and not rec.layers:
         rec.layers = sorted(k for k, v in envs[0][1].isolation.items() if v)
-    ok, err, lat = drive(envs, calls, a.threads, a.seconds) if envs else (0, 0, [])
-    answering = sum(env.call(*calls[d][0]).ok for d, env in envs)
-    for _, env in envs:
-        env.close()
-    opener.shutdown()
     n, full = len(envs), a.episodes >= 1024
     label = f", {design}" + ("" if not extrapolated else
                              f" (extrapolated from {n} open: the estimate {estimate:.1f} GiB is over --max-gib {a.max_gib:g})")
@@ -176,20 +209,40 @@ def measure(rec: Recorder, ws: Workspace, calls: dict[str, list[tuple[str, dict]
                meets_aim=(memory <= AIM_GIB) if full else None),
         Figure(name=f"processes for {n} open episodes{label}", value=len(pids), unit="processes", workload=workload),
     ]
-    if lat:
+    ways: list[tuple[str, int | None]] = [(f"plain calls (env.call), {a.threads} caller threads, latency per call", None)]
+    for k in ([int(x) for x in a.step_workers.split(",")] if per_worker > 1 else []):
+        ways.append((f"vectorized steps (Environment.call_many: {k} worker(s) x {per_worker} episodes "
+                     f"per step, one message per worker), {a.step_threads} caller threads, "
+                     f"a call's latency = its step's round trip", k))
+    for way, per_step in ways:
+        if not envs:
+            break
+        cpu0 = cpu_seconds(pids)
+        shares = shares_of(envs, a.threads if per_step is None else a.step_threads, per_step)
+        ok, err, lat = drive(shares, calls, a.seconds, vectorized=per_step is not None)
+        cpu = cpu_seconds(pids) - cpu0
+        if not lat:
+            continue
         rate = (ok + err) / a.seconds
         rec.figures += [
-            Figure(name=f"aggregate read calls/s, {n} open episodes{label}", value=round(rate, 1), unit="calls/s",
-                   workload=workload, aim=f">= {AIM_RATE:g}/s (issue 20 aim 2)",
+            Figure(name=f"aggregate read calls/s, {n} open episodes, {way}{label}", value=round(rate, 1),
+                   unit="calls/s", workload=workload, aim=f">= {AIM_RATE:g}/s (issue 20 aim 2)",
                    meets_aim=(rate >= AIM_RATE) if n >= 1024 else None),
-            Figure(name=f"read call latency, {n} open episodes{label}", value=round(statistics.median(lat) * 1e3, 2),
+            Figure(name=f"read call latency, {n} open episodes, {way}{label}", value=round(statistics.median(lat) * 1e3, 2),
                    unit="ms", median=round(statistics.median(lat) * 1e3, 2), p99=round(p99(lat) * 1e3, 2),
                    workload=workload, aim=f"p99 <= {AIM_P99_MS:g} ms (issue 20 aim 2)",
                    meets_aim=(p99(lat) * 1e3 <= AIM_P99_MS) if n >= 1024 else None),
+            Figure(name=f"CPU per call, every process of ours (caller + workers), {n} open episodes, {way}{label}",
+                   value=round(cpu / max(1, ok + err) * 1e6, 1), unit="us", workload=workload),
         ]
+        rec.notes.append(f"{design}, {way}: {err} of {ok + err} calls answered with a tool error (counted in "
+                         f"the rate); {cpu:.1f} s CPU in {a.seconds:g} s wall ({cpu / a.seconds:.2f} cores)")
+    answering = sum(env.call(*calls[d][0]).ok for d, env in envs)
+    for _, env in envs:
+        env.close()
+    opener.shutdown()
     rec.notes += [f"{design}: {len(errors)} workers failed to open" + (f" ({errors[:3]})" if errors else "")
-                  + f"; {err} of {ok + err} calls answered with a tool error (counted in the rate); "
-                  f"{answering} of {n} episodes answered a last call after the run"]
+                  + f"; {answering} of {n} episodes answered a last call after the runs"]
 
 
 def main() -> None:
@@ -199,8 +252,12 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=1024)
     ap.add_argument("--domains", type=int, default=128)
     ap.add_argument("--per-worker", type=int, default=8, help="hosted episodes per worker (beside 1 per worker)")
-    ap.add_argument("--threads", type=int, default=32, help="caller threads")
-    ap.add_argument("--open-threads", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=32, help="caller threads for plain calls")
+    ap.add_argument("--step-threads", type=int, default=2, help="caller threads for vectorized steps")
+    ap.add_argument("--step-workers", default="1,4",
+                    help="workers per vectorized step; a comma-separated list measures each (latency vs rate)")
+    ap.add_argument("--open-threads", type=int, default=16,
+                    help="workers opened at once (their start is mostly waiting: 16 opened ~1.8x faster than 4 at load 14)")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--probe", type=int, default=32)
     ap.add_argument("--max-gib", type=float, default=10.0)
@@ -218,7 +275,7 @@ def main() -> None:
         ws = Workspace(Path(a.workspace))
         calls = read_calls(ws, a.domains)
         workload = (f"real: {Path(a.workspace).name}, {a.episodes} episodes over {len(calls)} domains "
-                    f"(gold read calls of read-only scenarios), {a.threads} caller threads, "
+                    f"(gold read calls of read-only scenarios), "
                     f"{'quick' if a.quick else 'full'}")
         for per_worker in (1, a.per_worker):  # side by side, same run
             measure(rec, ws, calls, a, per_worker, workload)

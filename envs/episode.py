@@ -52,6 +52,15 @@ def _unpack(call: Any, pairs: bool = False) -> tuple[Any, Any] | ToolResult:
     return ToolResult(False, None, f"a tool call must be an object with name and arguments, got {shown}")
 
 
+class Checked(tuple):
+    """A (name, arguments) pair whose arguments the caller already found valid with this domain's
+    own checks (the tool's agentscaler.schemas.check, value_problem first, as _check runs them):
+    call_batch/replay take it without checking again. For callers that run those checks anyway
+    (the verifier's static checks); anything else is checked here."""
+
+    __slots__ = ()
+
+
 def _same_output(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
@@ -277,6 +286,71 @@ class Environment:
             return ToolResult(True, None, None, raw=payload)
         return ToolResult(False, None, str(reply.get("error") or "tool error"))
 
+    @staticmethod
+    def call_many(calls: list[tuple["Environment", str, dict[str, Any] | str | None]]) -> list[ToolResult]:
+        """A vectorized step: (environment, tool, arguments) of many episodes -> their results, in
+        the order given, each what env.call(tool, arguments) returns. The hosted episodes' calls go
+        as one message per worker (envs.hosted), sent to every worker before any reply is read: one
+        round trip serves all the episodes of a worker, and the workers run at once. The calls of
+        one episode run in their order. A worker that crashes mid-step costs only its own episodes:
+        its calls are redone one by one (each episode rebuilt from its writes; the call that crashes
+        the child again gets the error). Episodes with a worker of their own run one by one."""
+        results: list[ToolResult | None] = [None] * len(calls)
+        by_host: dict[HostedWorker, list[tuple[int, Environment, str, dict[str, Any]]]] = {}
+        one_by_one: list[tuple[int, Environment, str, dict[str, Any]]] = []
+        for i, (env, name, arguments) in enumerate(calls):
+            if env.closed:
+                raise SandboxError("environment is closed")
+            n, a = env._check(name, arguments)
+            if n is None:
+                results[i] = a
+            elif env._failed:
+                results[i] = ToolResult(False, None, env._lost())
+            elif isinstance(env.worker, EpisodeSlot):
+                by_host.setdefault(env.worker.host, []).append((i, env, n, a))
+            else:
+                one_by_one.append((i, env, n, a))
+        before: dict[int, Any] = {}  # id(env) -> its state before the step (for a rebuild after a crash)
+        sent, held = [], []
+        try:
+            for host in sorted(by_host, key=lambda h: h.order):  # one order of locks: no deadlock
+                host.lock.acquire()
+                held.append(host)
+                group = [c for c in by_host[host] if c[1].worker.current]
+                one_by_one += [c for c in by_host[host] if not c[1].worker.current]  # lost: rebuilt by call()
+                if not group:
+                    continue
+                for _, env, _, _ in group:
+                    before.setdefault(id(env), env._image)
+                    env._image = None  # tool code runs: the state is the worker's to tell
+                try:
+                    pending = host.send_many([(env.worker, n, a, env._kinds[n]) for _, env, n, a in group])
+                except (WorkerCrashed, RequestTooLarge, TypeError, ValueError, RecursionError):
+                    one_by_one += group  # nothing ran, or the child is new: one by one says which call
+                    continue
+                sent.append((host, group, pending))
+            for host, group, pending in sent:
+                try:
+                    got = host.finish_many(pending, len(group))
+                except WorkerCrashed:
+                    one_by_one += group
+                    continue
+                for (i, env, n, a), (ok, val) in zip(group, got):
+                    if ok:
+                        if env._kinds[n] == "write":
+                            env._writes.append((n, a, val))
+                        results[i] = ToolResult(True, None, None, raw=val)  # type: ignore[arg-type]
+                    else:
+                        results[i] = ToolResult(False, None, val)  # type: ignore[arg-type]
+        finally:
+            for host in held:
+                host.lock.release()
+        for i, env, n, a in sorted(one_by_one, key=lambda c: c[0]):
+            if id(env) in before:
+                env._image = before.pop(id(env))  # the state before the step: call() rebuilds from it
+            results[i] = env.call(n, a)
+        return results  # type: ignore[return-value]
+
     def step(self, tool_call: Any) -> ToolResult:
         """call() taking one tool call: {"name", "arguments"}, the OpenAI {"function": {...}} shape,
         or an object with .name/.arguments."""
@@ -285,6 +359,8 @@ class Environment:
 
     def _prepared(self, call: Any) -> tuple[str, Any] | ToolResult:
         """(name, checked arguments) of one call as call_batch/replay take it, or its error result."""
+        if type(call) is Checked and call[0] in self._kinds and isinstance(call[1], dict):
+            return call[0], call[1]
         got = _unpack(call, pairs=True)
         if isinstance(got, ToolResult):
             return got

@@ -33,6 +33,7 @@ than most tool calls; within the spin a round trip is ~3 us. AGENTSCALER_SPIN_US
 
 from __future__ import annotations
 
+import ctypes.util
 import fcntl
 import json
 import os
@@ -109,6 +110,14 @@ def _pyseccomp_path() -> Path | None:
 
 
 @lru_cache(maxsize=1)
+def _library_names() -> dict[str, str]:
+    """What ctypes.util.find_library answers for the libraries pyseccomp loads, found once here:
+    each answer runs ldconfig (80-170 ms of a worker's start), and every worker would ask again."""
+    found = {name: ctypes.util.find_library(name) for name in ("c", "seccomp")}
+    return {k: v for k, v in found.items() if v}
+
+
+@lru_cache(maxsize=1)
 def bwrap_works() -> bool:
     """True when bubblewrap can create user+net+pid namespaces here (checked once per process)."""
     exe = shutil.which("bwrap")
@@ -160,6 +169,11 @@ def default_spin_us() -> int:
     except ValueError:
         raise ValueError(f"AGENTSCALER_SPIN_US must be a whole number of microseconds, got {raw!r}") from None
 
+
+# Operations that run tool code (the child is tainted after one).
+TOOL_OPS = ("call", "batch", "episodes", "many")
+# What WorkerProcess.send returns and finish takes: (nonce, deadline, reply payload cap).
+Pending = tuple[bytes, float, int]
 
 # RLIMIT_CPU is a lifetime backstop only (calls are policed by the per-call deadline): a day.
 DEFAULT_LIMITS = {"as": 1 << 30, "nofile": 64, "nproc": 64, "fsize": 16 << 20, "cpu": 86400, "core": 0}
@@ -227,6 +241,7 @@ class WorkerProcess:
                   "--max-reply", str(self.max_reply), "--spin-us", str(self.spin_ns // 1000),
                   "--limits", json.dumps(self.limits), "--seccomp", "1" if seccomp_py else "0",
                   "--landlock", "1" if self.landlock else "0", "--lib", lib,
+                  "--libraries", json.dumps(_library_names() if seccomp_py else {}),
                   "--parent-pid", "0" if self.use_bwrap else str(os.getpid())]
         if not self.use_bwrap:
             return worker
@@ -512,7 +527,7 @@ class WorkerProcess:
             return 65536, self.max_state, 0
         if op == "snapshot":
             return 65536, 0, self.max_state
-        if op == "episodes":
+        if op in ("episodes", "many"):
             return self.max_state, 0, self.max_state
         return 65536, 0, 0
 
@@ -520,15 +535,40 @@ class WorkerProcess:
         """One round trip with the current child. Raises RequestTooLarge (nothing sent), TypeError/
         ValueError for unencodable requests, or WorkerCrashed after replacing a child that hung,
         crashed, forged a frame or broke a cap."""
+        return self.finish(self.send(obj, payload, timeout))
+
+    def send(self, obj: dict[str, Any], payload: bytes = b"", timeout: float | None = None) -> Pending:
+        """request()'s first half: send, and return what finish() needs to read the reply. Between
+        the two the caller may send to other workers, so they all run at once (envs.hosted's
+        vectorized step); the time limit runs from here. Raises as request() does."""
         try:
-            return self._roundtrip(obj, payload, timeout)
+            return self._send_request(obj, payload, timeout)
         except WorkerCrashed as exc:
-            reason = str(exc)
+            raise self._replaced(str(exc)) from None
+
+    def finish(self, pending: Pending) -> tuple[dict, bytes]:
+        """request()'s second half: the reply to send()'s request (WorkerCrashed as in request())."""
+        try:
+            return self._receive(pending)
+        except WorkerCrashed as exc:
+            raise self._replaced(str(exc)) from None
+
+    def _replaced(self, reason: str) -> WorkerCrashed:
+        """The child hung, crashed or misbehaved: replace it; the error to raise says why."""
         self.restarts += 1
         previous = self.fresh(reap=True)
-        raise WorkerCrashed(self._explain(reason, previous))
+        return WorkerCrashed(self._explain(reason, previous))
 
     def _roundtrip(self, obj: dict[str, Any], payload: bytes, timeout: float | None) -> tuple[dict, bytes]:
+        return self._receive(self._send_request(obj, payload, timeout))
+
+    def _receive(self, pending: Pending) -> tuple[dict, bytes]:
+        try:
+            return self._recv(*pending)
+        except OSError as exc:
+            raise WorkerCrashed(f"pipe error {exc}") from None
+
+    def _send_request(self, obj: dict[str, Any], payload: bytes, timeout: float | None) -> Pending:
         if self.proc is None or self._wfd < 0:
             raise WorkerCrashed("not running")
         op = obj.get("op", "")
@@ -537,15 +577,15 @@ class WorkerProcess:
         if len(body) > max_body or len(payload) > max_payload:
             raise RequestTooLarge(f"{op} request too large ({len(body)} + {len(payload)} bytes > "
                                   f"{max_body} + {max_payload})")
-        if op in ("call", "batch", "episodes"):
+        if op in TOOL_OPS:
             self.tainted = True
         nonce = os.urandom(16)
         deadline = time.monotonic() + (self.time_limit + self.grace if timeout is None else timeout)
         try:
             self._send(HEADER.pack(len(body), len(payload), nonce) + body + payload, deadline)
-            return self._recv(nonce, deadline, max_reply_payload)
         except OSError as exc:  # EPIPE: the child is gone
             raise WorkerCrashed("exited" if isinstance(exc, BrokenPipeError) else f"pipe error {exc}") from None
+        return nonce, deadline, max_reply_payload
 
     def _explain(self, reason: str, previous: dict[str, int] | None) -> str:
         if reason == "timeout":

@@ -42,9 +42,12 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str
 # A call's content travels as the exact text an agent is shown (json.dumps' default separators).
 _dumps_content = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
-# Imported by the zygote so a child's `import json` is a dictionary lookup, not a file read.
+# Imported by the zygote so a child's `import json` is a dictionary lookup, not a file read: the
+# stdlib modules statically checked tool code may import (tasks/environments/codecheck.ALLOWED; a
+# test keeps the two equal). Nothing more: every worker's start pays for these (hashlib, uuid and
+# dataclasses were about a fifth of it), and hand-written tools.py importing others pays once per child.
 PRELOAD = ("json", "re", "math", "datetime", "decimal", "itertools", "collections", "functools", "string",
-           "statistics", "typing", "random", "hashlib", "uuid", "time", "copy", "enum", "dataclasses")
+           "statistics", "typing")
 MAX_SCRATCH_FILES = 1024  # tmpfs caps bytes, not inodes: a call that leaves more files fails and is wiped
 
 
@@ -278,6 +281,9 @@ class Worker:
         self.time_limit = time_limit
         self.max_reply = max_reply
         self.scratch = scratch  # the writable tmpfs to police after each call (None: not writable)
+        if scratch is not None and os.listdir(scratch):
+            # it is emptied when a tool leaves too many files: never a shared folder such as /tmp
+            raise ValueError(f"scratch {scratch} must be an empty folder of this worker's own; it holds files")
         with open(os.path.join(domain, "spec.json"), encoding="utf-8") as fh:
             raw = json.load(fh)
         self.spec = LightSpec(raw)
@@ -540,8 +546,9 @@ class Worker:
         if slot == 0:
             raise ValueError("slot 0 is the child's own episode")
         self.close_slot(slot)
+        made = self._episode_connection()  # first: if it fails (out of memory), nothing has changed
         self.slots[self.slot] = (self.conn, self.guard, self.db, self.tools)
-        (self.conn, self.guard, self.db), self.tools = self._episode_connection(), {}
+        (self.conn, self.guard, self.db), self.tools = made, {}
         self.slot = slot
         self.load_tools()
 
@@ -551,6 +558,25 @@ class Worker:
         got = self.slots.pop(slot, None) if slot != 0 else None
         if got is not None:
             got[0].close()
+
+    def run_many(self, calls: list[list[Any]]) -> tuple[dict[str, Any], bytes]:
+        """One call each of many hosted episodes in one round trip (a vectorized step), in order,
+        each on its own slot (its rows, its db helper, its tools.py globals). Per call [true, n]
+        (the text, n bytes, goes in the payload) or [false, error]."""
+        parts, out = [], []
+        for slot, name, args, kind in calls:
+            try:
+                self._switch(int(slot))
+            except KeyError:
+                out.append([False, f"episode slot {slot} is not open in this sandbox child"])
+                continue
+            res, text = self.run_tool(name, args, kind)
+            if res["ok"]:
+                parts.append(text)
+                out.append([True, len(text)])
+            else:
+                out.append([False, res["error"]])
+        return {"ok": True, "results": out}, b"".join(parts)
 
     def handle(self, req: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         op = req.get("op")
@@ -572,6 +598,8 @@ class Worker:
             return {"ok": True, "results": [self.run_tool(n, a, k)[0] for n, a, k in req["calls"]]}, b""
         if op == "episodes":
             return self.run_episodes(req["episodes"])
+        if op == "many":
+            return self.run_many(req["calls"])
         if op == "reset":
             if self.conn.in_transaction:
                 self.conn.rollback()
@@ -770,6 +798,19 @@ class Zygote:
                 pass
 
 
+def _import_pyseccomp(libraries: dict[str, str]) -> None:
+    """Import pyseccomp with the library names the parent already found (envs.sandbox): its
+    find_library calls would otherwise run ldconfig twice in every worker's start."""
+    import ctypes.util
+
+    real = ctypes.util.find_library
+    ctypes.util.find_library = lambda name: libraries.get(name) or real(name)
+    try:
+        import pyseccomp  # noqa: F401
+    finally:
+        ctypes.util.find_library = real
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
@@ -786,6 +827,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--landlock", type=int, default=1)
     ap.add_argument("--lib", default="")
     ap.add_argument("--parent-pid", type=int, default=0)
+    ap.add_argument("--libraries", default="{}")
     a = ap.parse_args(argv)
     set_parent_death_signal()
     if a.parent_pid and os.getppid() != a.parent_pid:
@@ -805,7 +847,7 @@ def main(argv: list[str] | None = None) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     if a.seccomp:
         try:  # import before Landlock: finding libseccomp runs ldconfig and opens /dev/null
-            import pyseccomp  # noqa: F401
+            _import_pyseccomp(json.loads(a.libraries))
         except Exception:  # noqa: BLE001 - reported as a missing layer below
             pass
     if a.landlock:

@@ -182,7 +182,10 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
                                         label="build", workspace=str(ws.root), synth=synth, seed=seed,
                                         per_domain=per_domain, max_length=max_length)
         errors = failed_text(failures)
-        summary.update(domains=len(records), built=len(results), failed=errors, failures=failures,
+        # built counts every domain that is done, unchanged ones included; unchanged says how many of
+        # them a re-run found already built for the same inputs (None: batch runs do not report it)
+        unchanged = None if batch_deployment else sum(bool(r.get("skipped")) for r in results.values())
+        summary.update(domains=len(records), built=len(results), unchanged=unchanged, failed=errors, failures=failures,
                        failed_by_kind=dict(Counter(f["kind"] for f in failures.values())),
                        scenarios=sum(r["scenarios"] for r in results.values()),
                        tools=sum(r["tools"] for r in results.values()),

@@ -87,6 +87,9 @@ class ClosedLoopConfig(BaseModel):
     max_steps: int = 4  # agent tool-call rounds per turn
     max_tokens: int = 256
     n_ctx: int = 8192  # the serving context (SmolLM2 is trained to 8192 positions)
+    # the server's CPU threads (decode and prompt), the same for every model compared: 1, because two
+    # threads spin against each other when the 2 cores are busy (a 3-request trial took 612 s at load 14)
+    server_threads: int = 1
     # data
     session_length: int = 5120  # tokens per training session (a domain's prompt once, then conversations)
     experience_runs: list[str] = Field(default_factory=list)  # accepted agent experience to train on too
@@ -203,7 +206,7 @@ def evaluate_model(ws: Workspace, cfg: ClosedLoopConfig, checkpoint: Path, name:
     t0 = time.perf_counter()
     hf_options = {"max_new_tokens": cfg.max_tokens} if cfg.engine == "hf" else {}
     with serve(LOCAL, checkpoint=checkpoint, engine=cfg.engine, precision=cfg.precision, model_alias=name,
-               threads=cfg.torch_threads, log_path=ws.reports_dir / f"server-{name}.log", **hf_options) as urls:
+               threads=cfg.server_threads, log_path=ws.reports_dir / f"server-{name}.log", **hf_options) as urls:
         out["heldout"] = evaluate(ws, urls, model=name, k=k, split="heldout", scenario_ids=ids,
                                   cfg=rollout_config(cfg, k), concurrency=1, timeout=600)
         log(f"[closed-loop] {name}: held-out pass^k {_overall(out['heldout'])} ({time.perf_counter() - t0:.0f} s)")

@@ -327,6 +327,16 @@ def _quantity_param(params: list[Param]) -> Param | None:
 
 def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
     """Decide each tool's action, entity and effects, and the entities' tables, columns and states."""
+    plans = plan_actions(tools)
+    entities = _entities(plans)
+    _effects(plans, entities)
+    _children(plans, entities)
+    return plans, entities
+
+
+def plan_actions(tools: list[Tool]) -> list[Plan]:
+    """Each tool's kind, action, entity and parameter roles (the first half of plan_tools: the
+    tables, effects and children that follow change none of these)."""
     plans: list[Plan] = []
     uni = Unifier()
     raw: list[tuple[Tool, str, str, str, str, list[Param], list[tuple[Param, str | None]], str]] = []
@@ -408,10 +418,7 @@ def plan_tools(tools: list[Tool]) -> tuple[list[Plan], dict[str, Entity]]:
                           params=params, status_to=to, status_from=frm, kind_reason=why))
 
     _retarget(plans)
-    entities = _entities(plans)
-    _effects(plans, entities)
-    _children(plans, entities)
-    return plans, entities
+    return plans
 
 
 def _children(plans: list[Plan], entities: dict[str, Entity]) -> None:
@@ -856,9 +863,9 @@ def _money_col(e: Entity, col: str) -> None:
 
 def tool_reading(tool: Tool) -> tuple[str, str]:
     """One tool's kind and entity noun, planned on its own (discovery groups reads with the writes
-    they observe by it: tasks.discover.observers)."""
+    they observe by it: tasks.discover.observers; 30k tools at discovery, so no tables)."""
     try:
-        pl = plan_tools([tool])[0][0]
+        pl = plan_actions([tool])[0]
     except Exception:  # noqa: BLE001 - a tool the rules cannot plan is neither read nor write here
         return "", ""
     return pl.kind, pl.entity

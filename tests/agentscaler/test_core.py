@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 import multiprocessing as mp
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -12,7 +15,7 @@ from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.catalog import Catalog
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
-from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text, read_jsonl
+from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text, json_bytes, read_jsonl
 from tests.agentscaler.catalog_writers import mark_many, open_catalog
 
 
@@ -27,6 +30,16 @@ def test_atomic_write_leaves_no_temp_files(tmp_path: Path):
     atomic_write_text(p, "replaced")
     assert p.read_text() == "replaced"
     assert [f.name for f in p.parent.iterdir()] == ["a.json"]
+
+
+def test_json_artifacts_read_back_as_json_wrote_them():
+    """orjson writes the artifacts; a reader sees what json.dumps(indent=2, sort_keys=True, default=str) gave."""
+    obj = {"b": [1, 2.5, {"z": None, "a": "é"}], "a": datetime.datetime(2026, 1, 1), "p": Path("/x"),
+           "n": np.float64(0.25), "t": (1, 2)}
+    out = json_bytes(obj)
+    assert out.endswith(b"\n") and out.index(b'"a"') < out.index(b'"b"') and "é".encode() in out
+    assert json.loads(out) == json.loads(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str))
+    assert json.loads(json_bytes({"big": 2 ** 70})) == {"big": 2 ** 70}  # over 64 bits: json writes it
 
 
 def test_read_jsonl_skips_torn_last_line(tmp_path: Path):

@@ -23,6 +23,7 @@ import pytest
 from envs.episode import Environment
 from envs.sandbox import SandboxError, WorkerProcess, bwrap_works
 from envs.spec import ColumnSpec, DomainSpec, TableSpec, ToolSpec
+from envs.worker import Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "domains" / "shop"))
 from build import build_shop  # noqa: E402
@@ -584,3 +585,14 @@ def test_a_state_operation_on_a_worker_out_of_memory_recycles_it(tmp_path):
         h = e.state_hash()
         assert h != seed_hash
         assert sorted({d["table"] for d in e.diff()}) == ["blobs", "orders", "products", "users"]
+
+
+def test_a_worker_refuses_a_scratch_folder_that_holds_files(tmp_path):
+    """Scratch is emptied when tool code leaves too many files, so a shared folder (a profiling
+    script once passed /tmp) is refused before any tool runs, and its files stay."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "keep.txt").write_text("someone else's")
+    with pytest.raises(ValueError, match="must be an empty folder"):
+        Worker(str(tmp_path / "domain"), 1.0, 1 << 20, scratch=str(shared))
+    assert (shared / "keep.txt").read_text() == "someone else's"

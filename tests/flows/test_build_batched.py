@@ -74,5 +74,8 @@ def test_batched_build_makes_what_the_per_domain_build_makes(tmp_path, prefect_h
     assert {k: fa[k] for k in ("stage", "type", "where", "kind")} == {k: fb[k] for k in ("stage", "type", "where", "kind")}
     assert fb["kind"] == "domain" and fb["stage"] == "synthesize"
     assert _artifacts(one) == _artifacts(pooled)
+    assert a["unchanged"] == b["unchanged"] == 0
+    again = build_environments_flow(str(pooled.root), per_domain=3, processes=2)  # nothing changed: nothing rebuilt
+    assert (again["built"], again["unchanged"]) == (3, 3) and _artifacts(one) == _artifacts(pooled)
     for ws in (one, pooled):  # every domain's stages recorded in its workspace's catalog
         assert Catalog(ws.catalog_path).domain_summary()["counts"] == {"done": 3, "failed": 1}

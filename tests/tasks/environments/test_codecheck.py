@@ -14,6 +14,8 @@ import pytest
 
 from envs.sandbox import unsafe_from_env
 from envs.spec import ToolSpec
+from envs.worker import PRELOAD
+from tasks.environments.codecheck import ALLOWED
 from tasks.environments.llm import synthesize_llm
 from tasks.environments.llm_parse import extract_code, static_check
 from tasks.environments.rules import synthesize_rules
@@ -191,3 +193,9 @@ def test_tools_named_after_toolkit_methods_are_unaffected():
         "type": "object", "properties": {"now": {"type": "string"}, "query": {"type": "string"}}})]
     code = "def add(db, now=None, query=None):\n    return {'now': now or db.now(), 'query': query}\n"
     assert static_check(code, spec) == []
+
+
+def test_the_sandbox_preloads_exactly_the_stdlib_modules_checked_code_may_import():
+    """envs.worker imports these in the zygote (a child's import is then a lookup); more would slow
+    every worker's start, fewer every checked tool's first call."""
+    assert set(PRELOAD) == set(ALLOWED) - {"envs.toolkit", "__future__"}
