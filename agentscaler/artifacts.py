@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +128,48 @@ def read_trajectories(path: Path) -> Iterator[tuple[str, Trajectory | None, str 
         yield where, traj, reason, detail
 
 
-def read_trajectory_rows(path: Path) -> Iterator[tuple[str, Trajectory | None, str | None, str, bytes | None]]:
+# How our writers put a trajectory's tools (pydantic's field order: messages, tools, final_hash).
+TOOLS_KEY, TOOLS_END = b',"tools":', b'],"final_hash":'
+MAX_SHARED_TOOLS = 4096  # distinct tools lists remembered by one read (one per domain, in practice)
+
+
+def _tools_span(line: bytes) -> tuple[int, int] | None:
+    """(start, end) of the bytes that may be the line's tools list, as our writers place it: a
+    guess, which _spliced checks before it is believed."""
+    i = line.find(TOOLS_KEY)
+    if i < 0:
+        return None
+    j = line.find(TOOLS_END, i)
+    return None if j < 0 else (i, j + 1)
+
+
+def _spliced(line: bytes, known: dict[bytes, list[dict[str, Any]]]) -> tuple[dict[str, Any], list] | None:
+    """(the line's object without "tools", its tools list) without parsing the tools' bytes, when
+    they equal a list read before; else None (parse the whole line). Sound for any line: the
+    members before the cut parse as an object of their own (so the cut is at the top level, not
+    inside a string or a nested value), the members after it too, and neither names "tools" or a
+    key of the other, so the whole line is exactly that object with the known list as "tools"."""
+    span = _tools_span(line)
+    if span is None:
+        return None
+    i, j = span
+    tools = known.get(line[i + len(TOOLS_KEY):j])
+    if tools is None:
+        return None
+    try:
+        head = orjson.loads(line[:i] + b"}")
+        tail = orjson.loads(b"{" + line[j + 1:])
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(head, dict) or not head or not isinstance(tail, dict) \
+            or "tools" in head or "tools" in tail or head.keys() & tail.keys():
+        return None
+    head.update(tail)
+    return head, tools
+
+
+def read_trajectory_rows(path: Path, share_tools: bool = False, take: Callable[[bytes], bool] | None = None
+                         ) -> Iterator[tuple[str, Trajectory | None, str | None, str, bytes | None]]:
     """read_trajectories with each line as read (bytes, None where orjson refused it): a writer
     that changes only the verdict puts the new one into the line rather than encoding the whole
     trajectory again (tasks.verify.verify).
@@ -136,19 +177,36 @@ def read_trajectory_rows(path: Path) -> Iterator[tuple[str, Trajectory | None, s
     Parsed with orjson, then validated (3x faster than pydantic's own JSON parser on these lines,
     most of whose bytes are the tools' schemas); a line orjson refuses (NaN, lone surrogates,
     integers over 64 bits, bytes that are not UTF-8, or not JSON) goes to pydantic's parser,
-    which decides as before."""
+    which decides as before.
+
+    share_tools: a line whose tools list is byte for byte one read before (every trajectory of a
+    domain carries the same list: 70% of a line's bytes) gets that list object, shared and not
+    parsed again: for readers that never change `.tools` (the verifier). Same trajectories.
+    take: only the lines it accepts are read (a verifier process's share of a run)."""
+    known: dict[bytes, list[dict[str, Any]]] = {}
     with open(path, "rb") as fh:
         for lineno, line in enumerate(fh, 1):
-            if not line.strip():
+            if not line.strip() or (take is not None and not take(line)):
                 continue
             where = f"{path}:{lineno}"
             try:
+                cut = _spliced(line, known) if share_tools and known else None
+                if cut is not None:
+                    traj = Trajectory.model_validate(cut[0])
+                    traj.tools = cut[1]
+                    yield where, traj, None, "", line
+                    continue
                 try:
                     raw = orjson.loads(line)
                 except orjson.JSONDecodeError:
                     yield where, Trajectory.model_validate_json(line), None, "", None
                 else:
-                    yield where, Trajectory.model_validate(raw), None, "", line
+                    traj = Trajectory.model_validate(raw)
+                    if share_tools and len(known) < MAX_SHARED_TOOLS and (span := _tools_span(line)):
+                        tb = line[span[0] + len(TOOLS_KEY):span[1]]
+                        if tb not in known and (tools := _tools_list(tb)) is not None:
+                            known[tb] = tools
+                    yield where, traj, None, "", line
             except ValidationError as exc:
                 try:
                     json.loads(line)
@@ -156,6 +214,15 @@ def read_trajectory_rows(path: Path) -> Iterator[tuple[str, Trajectory | None, s
                     yield where, None, "malformed_json", f"not JSON ({getattr(jexc, 'msg', None) or jexc})", None
                     continue
                 yield where, None, "invalid_trajectory", str(exc).splitlines()[0], None
+
+
+def _tools_list(data: bytes) -> list[dict[str, Any]] | None:
+    """These bytes as a valid Trajectory.tools (a JSON list of objects), else None."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, list) and all(isinstance(t, dict) for t in value) else None
 
 
 def load_trajectories(ws: Workspace, run_id: str) -> list[Trajectory]:

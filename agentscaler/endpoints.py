@@ -39,25 +39,32 @@ ENGINES = ("llama", "hf")
 @contextlib.contextmanager
 def serve(llm: str | None = None, *, checkpoint: Path | str | None = None, engine: str = "llama",
           precision: str = "f16", threads: int | None = None, log_path: Path | str | None = None,
-          **server_options: Any) -> Iterator[list[str]]:
+          replicas: int = 1, **server_options: Any) -> Iterator[list[str]]:
     """The base URLs for the block: the given ones, or the local server's (started here).
 
-    `threads` is the server's CPU threads; server_options go to local_server (e.g. n_ctx,
-    model_alias) or, with engine "hf", to hf_server (e.g. max_new_tokens, model_alias)."""
+    `threads` is each server's CPU threads; `replicas` local servers of the same model are started
+    (the client spreads requests over them, least busy first: on 2 cores two one-thread servers
+    decode about twice what one does, where two threads in one server spin against each other);
+    server_options go to local_server (e.g. n_ctx, model_alias) or, with engine "hf", to hf_server
+    (e.g. max_new_tokens, model_alias)."""
     if engine not in ENGINES:
         raise ValueError(f"engine {engine!r} is not one of {ENGINES}")
     value = resolve(llm)
     if value != LOCAL:
         yield [u.strip() for u in value.split(",") if u.strip()]
-    elif checkpoint and engine == "hf":
-        with hf_server(checkpoint, threads=threads, log_path=log_path, **server_options) as url:
-            yield [url]
-    else:
-        model = export_gguf(checkpoint, precision) if checkpoint else None
-        if checkpoint:
-            server_options.setdefault("model_alias", Path(checkpoint).name)
-        with local_server(model, n_threads=threads, log_path=log_path, **server_options) as url:
-            yield [url]
+        return
+    model = export_gguf(checkpoint, precision) if checkpoint and engine == "llama" else None
+    if checkpoint and engine == "llama":
+        server_options.setdefault("model_alias", Path(checkpoint).name)
+    with contextlib.ExitStack() as stack:
+        urls = []
+        for i in range(max(1, replicas)):
+            log = Path(log_path).with_suffix(f".{i}{Path(log_path).suffix}") if log_path and i else log_path
+            if checkpoint and engine == "hf":
+                urls.append(stack.enter_context(hf_server(checkpoint, threads=threads, log_path=log, **server_options)))
+            else:
+                urls.append(stack.enter_context(local_server(model, n_threads=threads, log_path=log, **server_options)))
+        yield urls
 
 
 def runtime_label(checkpoint: Path | str | None = None, engine: str = "llama", precision: str = "f16") -> str:

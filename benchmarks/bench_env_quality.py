@@ -3,13 +3,17 @@
     .venv/bin/python benchmarks/bench_env_quality.py --real                   # BFCL + tau2 + NESTFUL, built here
     .venv/bin/python benchmarks/bench_env_quality.py --synthetic 3000         # ToolBench-format corpus, built here
     .venv/bin/python benchmarks/bench_env_quality.py --workspace WS           # an already built workspace
+    .venv/bin/python benchmarks/bench_env_quality.py --workspace REAL --name "real corpora: ..." --only IDS \
+        --workspace SYN30K --name "fixture/synthetic: ..." --before OLD.json --before-as "real corpora: ..."
     .venv/bin/python benchmarks/bench_env_quality.py --labelled-only          # read/write classification only
     .venv/bin/python benchmarks/bench_env_quality.py --quick                  # bounded: labelled set + the
                                                                               # services fixture corpus
 
 Per domain and overall, with the distribution and the worst 10 domains by each metric (with why):
 - id coherence (tasks.environments.quality): id parameters that resolve to a seed row or a created id;
-- write observability (same module): write tools whose effect some read shows;
+- write observability (same module): write tools whose effect some read shows, twice side by side:
+  with the corpus's reads only, and with the synthesized observers too (a `get_<entity>(id)` rule
+  synthesis adds for a written entity no read of the domain is about; origin="synthesized");
 - execution (tasks.environments.validate): tools whose grounded call returns a non-error, non-empty result;
 - chain share (tasks.scenarios.quality): multi-call scenarios where a later call uses an entity an
   earlier call returned, created or changed; the mix of scenario kinds;
@@ -57,7 +61,9 @@ from tasks.verify.verify import verify_trajectories  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 LABELLED = ROOT / "tests" / "data" / "labelled_kinds.json"
 SERVICES = ROOT / "tests" / "data" / "corpora" / "services"
-METRICS = [("id_coherence", "id coherence", 0.95), ("write_observability", "write observability", 0.95),
+METRICS = [("id_coherence", "id coherence", 0.95),
+           ("write_observability", "write observability (corpus reads only)", 0.95),
+           ("write_observability_with_observers", "write observability (with synthesized observers)", 0.95),
            ("execute_rate", "execution (grounded call, non-empty)", None), ("chain_share", "chain share", 0.40),
            ("nonempty_read_share", "non-empty gold reads", 0.90), ("replay_verified", "gold replays verified", 1.0)]
 
@@ -175,7 +181,7 @@ def unobserved_causes(spec: DomainSpec | None, unobserved: dict[str, str],
             why_ = unobserved[name] = unobserved_why(tables, reads, plans)
         if name in no_corpus_read and not why_.startswith("write failed"):
             why_ = unobserved[name] = f"no read in the corpus ({why_})"
-        out[next((v for k, v in CAUSES.items() if k in why_), "other")] += 1
+        out[_cause(why_)] += 1
     return dict(out)
 
 
@@ -230,6 +236,8 @@ def why(row: dict[str, Any], metric: str) -> str:
         return ", ".join(row.get("unresolved_ids", [])[:3])
     if metric == "write_observability":
         return "; ".join(f"{k}: {v}" for k, v in list(row.get("unobserved", {}).items())[:2])
+    if metric == "write_observability_with_observers":
+        return "; ".join(f"{k}: {v}" for k, v in list(row.get("unobserved_with_observers", {}).items())[:2])
     if metric == "execute_rate":
         return "; ".join(f"{k}: {v}" for k, v in list(row.get("not_executing", {}).items())[:3])
     if metric == "chain_share":
@@ -256,6 +264,10 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"domains": len(rows), "tools": sum(r["tools"] for r in rows),
             "id_coherence": ratio("id_resolved", "id_params"), "id_params": sum(r.get("id_params", 0) for r in rows),
             "write_observability": ratio("writes_observed", "writes"), "writes": sum(r.get("writes", 0) for r in rows),
+            # None where the rows predate synthesized observers (a result made before them)
+            "write_observability_with_observers": (ratio("writes_observed_with_observers", "writes") if any(
+                "writes_observed_with_observers" in r for r in rows) else None),
+            "observers": sum(r.get("observers") or 0 for r in rows),
             "execute_rate": round(ex_num / ex_den, 4) if ex_den else None,
             "chain_share": ratio("chained", "multi_call"), "multi_call": sum(r.get("multi_call", 0) for r in rows),
             "nonempty_read_share": ratio("gold_reads_nonempty", "gold_reads"),
@@ -279,6 +291,26 @@ def ceiling(p: dict[str, Any]) -> dict[str, Any]:
             "observable_shown": seen / observable if observable else None}
 
 
+def _cause(why_: str) -> str:
+    return next((v for k, v in CAUSES.items() if k in why_), "other")
+
+
+def not_exercised(p: dict[str, Any]) -> list[str]:
+    """The metrics a corpus cannot exercise (their denominator is 0), said plainly."""
+    out = []
+    if not p["id_params"]:
+        out.append("id coherence (no id parameters)")
+    if not p["writes"]:
+        out.append("write observability, both ways (no write tools)")
+    if not p["multi_call"]:
+        out.append("chain share (no multi-call scenarios)")
+    elif not p["kinds"].get("create_then_change"):
+        out.append("create-then-change chains (no write creates what a later call uses)")
+    if not p["gold_reads"]:
+        out.append("non-empty gold reads (no gold read calls)")
+    return out
+
+
 def dist(rows: list[dict[str, Any]], metric: str) -> str:
     xs = sorted(r[metric] for r in rows if r.get(metric) is not None)
     if not xs:
@@ -299,7 +331,8 @@ def _group_rows(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 def _pooled_row(label: str, p: dict[str, Any]) -> str:
     return (f"| {label} | {p['domains']} | {p['tools']} | {pct(p['id_coherence'])} ({p['id_params']} ids) | "
-            f"{pct(p['write_observability'])} ({p['writes']} writes) | {pct(p['execute_rate'])} | "
+            f"{pct(p['write_observability'])} ({p['writes']} writes) | {pct(p['write_observability_with_observers'])} "
+            f"({p['observers']} observers) | {pct(p['execute_rate'])} | "
             f"{pct(p['chain_share'])} ({p['multi_call']} multi-call) | {pct(p['nonempty_read_share'])} "
             f"({p['gold_reads']} reads; {p['scenarios_all_reads_empty']} scenarios all empty) | "
             f"{pct(p['replay_verified'])} ({p['replays']}) | {p['scenarios']} | {p['kinds']} |")
@@ -335,8 +368,9 @@ def markdown(res: dict[str, Any]) -> str:
                     f"discover {b.get('discover_s')} s, synthesize {b.get('synthesize_s')} s, scenarios "
                     f"{b.get('scenarios_s')} s (build {b.get('build_s')} s); {b.get('synthesis_failed')} domains "
                     f"failed synthesis; {b.get('load_before')} before, {b.get('load_after')} after.", ""]
-        out += ["| group | domains | tools | id coherence | write observability | execution | chain share | "
-                "non-empty gold reads | gold replays verified | scenarios | kinds |", "|" + "---|" * 11]
+        out += ["| group | domains | tools | id coherence | write observability, corpus reads only | write observability, "
+                "with synthesized observers | execution | chain share | non-empty gold reads | gold replays verified | "
+                "scenarios | kinds |", "|" + "---|" * 12]
         for g, rs in groups.items():
             if rs:
                 out.append(_pooled_row(g, pooled(rs)))
@@ -346,8 +380,9 @@ def markdown(res: dict[str, Any]) -> str:
             out += ["", f"Before (the code this branch started from, same corpus, same metrics; {before['when']}, "
                         f"{before['machine']}; build: synthesize {b.get('synthesize_s', '?')} s, scenarios "
                         f"{b.get('scenarios_s', '?')} s):", "",
-                    "| group | domains | tools | id coherence | write observability | execution | chain share | "
-                    "non-empty gold reads | gold replays verified | scenarios | kinds |", "|" + "---|" * 11]
+                    "| group | domains | tools | id coherence | write observability, corpus reads only | write "
+                    "observability, with synthesized observers | execution | chain share | non-empty gold reads | "
+                    "gold replays verified | scenarios | kinds |", "|" + "---|" * 12]
             for g, rs in _group_rows(before["domains"]).items():
                 if rs:
                     out.append(_pooled_row(g + " (before)", pooled(rs)))
@@ -357,13 +392,24 @@ def markdown(res: dict[str, Any]) -> str:
             c = ceiling(p)
             out += ["", f"Unobserved synthesized writes by cause: {p['unobserved_causes']}. "
                         f"{c['no_read_in_corpus']} of {p['writes']} writes change an entity no read of the whole "
-                        f"corpus is about (found by discovery; nothing is invented for them) and "
+                        f"corpus is about (found by discovery; only a synthesized observer can show them) and "
                         f"{c['no_read_in_domain']} more have no read about what they change in their domain, so the "
                         f"share any synthesis could show is at most {pct(c['ceiling'])} "
                         f"(corpus ceiling {pct(c['corpus_ceiling'])}); of the writes some read is about, "
                         f"{c['seen']} / {c['observable']} ({pct(c['observable_shown'])}) are shown. Reads shared by "
                         f"discovery: {sum(r.get('shared_reads') or 0 for r in syn)} in "
                         f"{sum(bool(r.get('shared_reads')) for r in syn)} domains."]
+        if p["writes"] and p["write_observability_with_observers"] is not None:
+            out += ["", f"Write observability side by side: corpus reads only {pct(p['write_observability'])} "
+                        f"(aim >= 95%: {'met' if p['write_observability'] >= 0.95 else 'not met'}); with the "
+                        f"{p['observers']} synthesized observers (reads rule synthesis added for written records no "
+                        f"read of the domain is about, origin=synthesized, not from the corpus) "
+                        f"{pct(p['write_observability_with_observers'])} (aim >= 95%: "
+                        f"{'met' if p['write_observability_with_observers'] >= 0.95 else 'not met'}). Unobserved "
+                        f"with observers: {dict(Counter(_cause(v) for r in syn for v in (r.get('unobserved_with_observers') or {}).values()))}."]
+        missing = not_exercised(p)
+        if missing:
+            out += ["", "Not exercised by this corpus (nothing to measure): " + "; ".join(missing) + "."]
         out += ["", "Distribution over the synthesized domains (per-domain values):", ""]
         for key, label, aim in METRICS:
             out.append(f"- {label}{' (aim ' + pct(aim) + ')' if aim else ''}: {dist(syn, key)}")
@@ -415,10 +461,15 @@ def main() -> None:
     ap.add_argument("--real", action="store_true", help="build BFCL + tau2 + NESTFUL in a fresh workspace")
     ap.add_argument("--synthetic", type=int, default=0, help="build a synthetic ToolBench corpus of N tools")
     ap.add_argument("--workspace", type=Path, action="append", default=[], help="measure a built workspace")
+    ap.add_argument("--name", action="append", default=[],
+                    help="what each --workspace is, in order (its corpus name in the results; a name starting "
+                         "'fixture' is labelled a fixture, not a real corpus)")
     ap.add_argument("--labelled-only", action="store_true")
     ap.add_argument("--per-domain", type=int, default=20)
     ap.add_argument("--limit", type=int, default=None, help="measure at most N domains per workspace")
-    ap.add_argument("--only", type=Path, default=None, help="a file of domain ids (one a line): measure only those")
+    ap.add_argument("--only", type=Path, action="append", default=[],
+                    help="a file of domain ids (one a line): measure only those; one per --workspace, in order "
+                         "(a workspace without one, or '-', is measured whole; without --workspace: every corpus)")
     ap.add_argument("--quick", action="store_true",
                     help="bounded (< 3 min): the labelled set and the services fixture corpus (6 domains)")
     ap.add_argument("--keep", type=Path, default=None, help="build under this folder and keep it")
@@ -435,7 +486,7 @@ def main() -> None:
         render(args.render, args.keep, args.out)
         return
     unsafe = os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1"
-    only = set(args.only.read_text().split()) if args.only else None
+    only = [None if str(f) == "-" else set(f.read_text().split()) for f in args.only]
     rec = Recorder(args.out.stem).__enter__()
     rec.layers = ["sandbox: zygote + fresh forked child per episode" + (" (UNSAFE: off)" if unsafe else ""),
                   "gold replays verified by replay in the sandbox (tasks.verify.replay)"]
@@ -461,9 +512,12 @@ def main() -> None:
             synth_toolbench(folder, args.synthetic)
             todo.append((f"synthetic ToolBench corpus, {args.synthetic} tools", Workspace(base / "synthetic"),
                          [str(folder)]))
-        for w in args.workspace:
-            todo.append((f"workspace {w}", Workspace(w), None))
-        for name, ws, sources in todo:
+        first = len(todo)  # --only files pair with the --workspace folders in order
+        for i, w in enumerate(args.workspace):
+            todo.append((args.name[i] if i < len(args.name) else f"workspace {w}", Workspace(w), None))
+        for k, (name, ws, sources) in enumerate(todo):
+            j = k - first if args.workspace else 0
+            ids = only[j] if 0 <= j < len(only) else None
             part: dict[str, Any] = {}
             if sources is not None:
                 print(f"building {name} ({load()})", file=sys.stderr)
@@ -472,7 +526,7 @@ def main() -> None:
                     tau2_verticals(ws)
             print(f"measuring {name} ({load()})", file=sys.stderr)
             t = time.perf_counter()
-            part["domains"] = measure_workspace(ws, unsafe, args.limit, only)
+            part["domains"] = measure_workspace(ws, unsafe, args.limit, ids)
             part["measure_s"] = round(time.perf_counter() - t, 1)
             part["load_after"] = load()
             res["corpora"][name] = part
@@ -504,7 +558,7 @@ def figures(res: dict[str, Any]) -> list[Figure]:
                           workload=f"fixture: hand-labelled set of {lab['tools']} real tools", aim=">= 98% (issue 18)",
                           meets_aim=lab["accuracy"] >= 0.98))
     for name, part in res.get("corpora", {}).items():
-        kind = "fixture" if name.startswith("fixture") else "real"
+        kind = "fixture" if name.startswith(("fixture", "synthetic")) else "real"
         for group, rows in _group_rows(part["domains"]).items():
             if not rows:
                 continue

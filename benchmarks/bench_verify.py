@@ -13,7 +13,9 @@ runs are staged in a scratch workspace whose domains link to it.
     machine's load changes far less than wall time;
   - opening every domain's worker, and replay verification from nothing (opening inside the run);
   - a fresh sandbox child per trajectory on a sample (the rollout's own isolation), for the trade
-    tasks/verify/replay.py makes.
+    tasks/verify/replay.py makes;
+  - the same with 2 verifier processes (tasks.verify.shards), from nothing and with their workers
+    open, and their CPU per trajectory (a code without shards, --before's, has no such rows).
 `--before REF` measures the same rows with the code of git REF (exported to a scratch folder, run
 in a subprocess on the same workload), taking turns with this tree's (ROUNDS times each, the anchor
 first, then the other way round; repeats split between rounds and pooled), as the measured anchor.
@@ -121,9 +123,9 @@ def stage(ws: Workspace, run: str) -> None:
     shutil.copyfile(ws.rollout_dir(GOLD_RUN) / TRAJECTORIES, d / TRAJECTORIES)
 
 
-def sandbox_cpu_s(envs: list[Environment]) -> float:
-    """CPU seconds used so far by these environments' sandbox processes (bubblewrap, the zygote and
-    its children: the live ones' own time, the reaped ones' through their parent), from /proc."""
+def tree_cpu_s(pids: list[int], own_only: bool = False) -> float:
+    """CPU seconds used so far by these processes and every process under them (the live ones' own
+    time, the reaped ones' through their parent), from /proc; own_only: the processes' own time."""
     kids: dict[int, list[int]] = {}
     ticks: dict[int, int] = {}
     for p in os.listdir("/proc"):
@@ -135,26 +137,64 @@ def sandbox_cpu_s(envs: list[Environment]) -> float:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
         kids.setdefault(int(fields[1]), []).append(int(p))
-        ticks[int(p)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    total, stack = 0, [e.worker.proc.pid for e in envs if e.worker.proc is not None]
+        ticks[int(p)] = sum(int(x) for x in fields[11:13 if own_only else 15])  # utime stime [cutime cstime]
+    total, stack = 0, list(pids)
     while stack:
         pid = stack.pop()
         total += ticks.get(pid, 0)
-        stack.extend(kids.get(pid, []))
+        if not own_only:
+            stack.extend(kids.get(pid, []))
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def static_alone(ws: Workspace, trajs: list[Trajectory]) -> float:
-    """Seconds for the static checks of every trajectory, scenarios and specs loaded (new
-    validators: cold), the cyclic GC paused as verify_run pauses it."""
+def sandbox_cpu_s(envs: list[Environment]) -> float:
+    """CPU seconds used so far by these environments' sandbox processes (bubblewrap, the zygote and
+    its children)."""
+    return tree_cpu_s([e.worker.proc.pid for e in envs if e.worker.proc is not None])
+
+
+def sharded(ws: Workspace, repeats: int, n: int = 2) -> dict:
+    """Replay verification by n verifier processes (tasks.verify.shards): from nothing (spawning
+    them, opening every worker, closing), then with their workers open (caches cold at each run
+    but the state oracles, as in the one-process row): walls and CPU (verifier: this process and
+    theirs; sandbox: everything under theirs). {} for a code without shards (--before)."""
+    try:
+        from tasks.verify.shards import Shards
+    except ImportError:
+        return {}
+    stage(ws, "bench-verify")
+    t0 = time.perf_counter()
+    with Shards(ws, n) as sh:
+        rep = verify_run(ws, "bench-verify", shards=sh)
+    out: dict = {"sharded_nothing_s": [time.perf_counter() - t0], "sharded_passed": rep["passed"], "shards": n}
+    walls, cpu = [], []
+    with Shards(ws, n) as sh:
+        stage(ws, "bench-verify")
+        verify_run(ws, "bench-verify", shards=sh)  # opens their workers (not timed)
+        pids = [p.pid for p in sh.procs]
+        for _ in range(repeats):
+            stage(ws, "bench-verify")
+            c0, own0, all0, t0 = time.process_time(), tree_cpu_s(pids, True), tree_cpu_s(pids), time.perf_counter()
+            rep = verify_run(ws, "bench-verify", shards=sh)
+            walls.append(time.perf_counter() - t0)
+            own, every = tree_cpu_s(pids, True) - own0, tree_cpu_s(pids) - all0
+            cpu.append([time.process_time() - c0 + own, every - own])
+            out["sharded_passed"] = min(out["sharded_passed"], rep["passed"])
+    out.update(sharded_walls=walls, sharded_cpu=cpu)
+    return out
+
+
+def static_alone(ws: Workspace, trajs: list[Trajectory]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) for the static checks of every trajectory, scenarios and specs
+    loaded (new validators: cold), the cyclic GC paused as verify_run pauses it."""
     gc.disable()
     try:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         scenarios = scenario_map(ws, {t.domain for t in trajs})
         tools = {d: DomainTools(DomainSpec.load(ws.domain_dir(d))) for d in {t.domain for t in trajs}}
         for t in trajs:
             check_dialogue(t, scenarios[t.scenario_id], tools[t.domain])
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
     finally:
         gc.enable()
 
@@ -164,7 +204,8 @@ def measure(ws: Workspace, repeats: int, fresh_sample: int) -> dict:
     trajs = load_trajectories(ws, GOLD_RUN)
     domains = sorted({t.domain for t in trajs})
     out: dict = {"trajectories": len(trajs), "domains": len(domains), "load": [load()]}
-    out["static_s"] = [static_alone(ws, trajs) for _ in range(repeats)]
+    static = [static_alone(ws, trajs) for _ in range(repeats)]
+    out["static_s"], out["static_cpu"] = [w for w, _ in static], [c for _, c in static]
     del trajs
     gc.collect()
 
@@ -218,6 +259,8 @@ def measure(ws: Workspace, repeats: int, fresh_sample: int) -> dict:
     out["nothing_s"] = time.perf_counter() - t0
     out["nothing_passed"] = rep["passed"]
     out["load"].append(load())
+    out.update(sharded(ws, repeats))
+    out["load"].append(load())
     shutil.rmtree(ws.rollout_dir("bench-verify"))
     return out
 
@@ -226,18 +269,35 @@ def pooled(ms: list[dict]) -> dict:
     """One code's measure() rounds as one: the repeated rows pooled, the once-per-round rows as
     lists (their median is the row)."""
     out = dict(ms[0])
-    for k in ("static_s", "open_walls", "open_cpu", "open_reports", "load"):
-        out[k] = [x for m in ms for x in m[k]]
+    for k in ("static_s", "static_cpu", "open_walls", "open_cpu", "open_reports", "load", "sharded_walls",
+              "sharded_cpu", "sharded_nothing_s"):
+        if k in ms[0]:
+            out[k] = [x for m in ms for x in m[k]]
     out["open_s"] = statistics.median(m["open_s"] for m in ms)
     out["rounds"] = len(ms)
     out["nothing_s"] = [m["nothing_s"] for m in ms]
     out["fresh"] = [m["fresh"] for m in ms]
     out["nothing_passed"] = min(m["nothing_passed"] for m in ms)
+    if "sharded_passed" in ms[0]:
+        out["sharded_passed"] = min(m["sharded_passed"] for m in ms)
     return out
 
 
+def measure_in(code: Path, ws: Workspace, repeats: int, fresh_sample: int) -> dict:
+    """measure() with the code under `code`, in a fresh subprocess (the same workload and
+    workspace). Both codes are measured this way: measured in this process, the tree's own rows
+    came out a third slower than the same code's in a subprocess (this process has loaded and
+    freed every trajectory first), which made an unchanged static check look 2.4x slower."""
+    res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--measure", str(ws.root),
+                          "--repeats", str(repeats), "--fresh-sample", str(fresh_sample)],
+                         env={**os.environ, "BENCH_CODE_ROOT": str(code)}, capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(f"measure ({code}): {res.stderr[-2000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
 def measure_before(ref: str, ws: Workspace, repeats: int, fresh_sample: int, tmp: Path) -> dict:
-    """measure() with git REF's code, in a subprocess (the same workload and workspace)."""
+    """measure() with git REF's code, exported to tmp/before."""
     code = tmp / "before"
     if not code.exists():
         code.mkdir()
@@ -245,12 +305,7 @@ def measure_before(ref: str, ws: Workspace, repeats: int, fresh_sample: int, tmp
         subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
     sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], capture_output=True, text=True,
                          check=True).stdout.strip()
-    res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--measure", str(ws.root),
-                          "--repeats", str(repeats), "--fresh-sample", str(fresh_sample)],
-                         env={**os.environ, "BENCH_CODE_ROOT": str(code)}, capture_output=True, text=True)
-    if res.returncode:
-        raise RuntimeError(f"--before {ref}: {res.stderr[-2000:]}")
-    return {"ref": ref, "sha": sha, **json.loads(res.stdout.strip().splitlines()[-1])}
+    return {"ref": ref, "sha": sha, **measure_in(code, ws, repeats, fresh_sample)}
 
 
 def shop_copies(ws: Workspace, n: int) -> list[Trajectory]:
@@ -319,7 +374,7 @@ def figures(rec, m: dict, label: str, anchor_m: dict | None, anchor_label: str) 
                                   median=round(med, 1),
                                   ratio_to_anchor=round(med / anchor.value, 2) if anchor else None, anchor=anchor,
                                   aim=aim, meets_aim=None if aim_value is None else med >= aim_value))
-        rows.append(f"| {name} | {med:,.0f} | {anchor.value if anchor else '-':,} | "
+        rows.append(f"| {name} | {med:,.0f} | {format(anchor.value, ',') if anchor else '-'} | "
                     f"{'%.2fx' % (med / anchor.value) if anchor else '-'} | {len(per_s)} |")
 
     def rate(ms: dict, key: str) -> list[float]:
@@ -335,7 +390,10 @@ def figures(rec, m: dict, label: str, anchor_m: dict | None, anchor_label: str) 
         [k / s for k, s in a["fresh"]] if a else None)
     cpu_v = statistics.median(c for c, _ in m["open_cpu"]) * 1000 / n
     cpu_s = statistics.median(s for _, s in m["open_cpu"]) * 1000 / n
-    for name, v, av in (("verifier CPU per trajectory (workers open)", cpu_v,
+    cpu_static = statistics.median(m["static_cpu"]) * 1000 / n
+    for name, v, av in (("static checks alone: CPU per trajectory", cpu_static,
+                         statistics.median(a["static_cpu"]) * 1000 / n if a else None),
+                        ("verifier CPU per trajectory (workers open)", cpu_v,
                          statistics.median(c for c, _ in a["open_cpu"]) * 1000 / n if a else None),
                         ("sandbox CPU per trajectory (workers open)", cpu_s,
                          statistics.median(s for _, s in a["open_cpu"]) * 1000 / n if a else None)):
@@ -354,6 +412,22 @@ def figures(rec, m: dict, label: str, anchor_m: dict | None, anchor_label: str) 
     rows.append(f"| CPU ceiling on 2 idle cores (derived from the two CPU rows, not timed) | "
                 f"{ceiling(cpu_v, cpu_s):,.0f}/s | {'%s/s' % format(round(ceiling(*a_cpu)), ',') if a_cpu else '-'} | "
                 f"{'%.2fx' % (ceiling(cpu_v, cpu_s) / ceiling(*a_cpu)) if a_cpu else '-'} | {len(m['open_cpu'])} |")
+    if m.get("sharded_walls"):
+        k = m["shards"]
+        add(f"replay verification, {k} verifier processes, workers open (main: its one process)",
+            [n / w for w in m["sharded_walls"]], ">= 2,000/s (issue 24); >= 5,000/s (issue 20 aim 4)", 2000,
+            rate(a, "open_walls") if a else None)
+        add(f"replay verification from nothing, {k} verifier processes (main: its one process)",
+            [n / w for w in m["sharded_nothing_s"]], None, None,
+            [a["trajectories"] / s for s in a["nothing_s"]] if a else None)
+        sv = statistics.median(c for c, _ in m["sharded_cpu"]) * 1000 / n
+        ss = statistics.median(s for _, s in m["sharded_cpu"]) * 1000 / n
+        for name, v in ((f"verifier CPU per trajectory, {k} processes (this one and theirs)", sv),
+                        (f"sandbox CPU per trajectory, {k} processes", ss)):
+            rec.figures.append(Figure(name=name, value=round(v, 3), unit="ms", workload=label, median=round(v, 3)))
+            rows.append(f"| {name} | {v:.3f} ms | - | - | {len(m['sharded_cpu'])} |")
+        rows.append(f"| CPU ceiling on 2 idle cores, {k} processes (all CPU over 2 cores; derived, not timed) | "
+                    f"{2000 / (sv + ss):,.0f}/s | - | - | {len(m['sharded_cpu'])} |")
     rec.figures.append(Figure(name="opening every domain's sandbox worker", value=round(m["open_s"], 2), unit="s",
                               workload=f"{label}: {m['domains']} domains", median=round(m["open_s"], 2),
                               anchor=Anchor(value=round(a["open_s"], 2), unit="s", kind="measured",
@@ -415,7 +489,7 @@ def main() -> None:
             for r in range(rounds):
                 for turn in ((["before", "after"] if r % 2 == 0 else ["after", "before"]) if a.before else ["after"]):
                     got[turn].append(measure_before(a.before, ws, per_round, fresh_sample, Path(tmp))
-                                     if turn == "before" else measure(ws, per_round, fresh_sample))
+                                     if turn == "before" else measure_in(ROOT, ws, per_round, fresh_sample))
             after, before = pooled(got["after"]), pooled(got["before"]) if a.before else None
             anchor_label = f"git {a.before} ({before['sha']}), same run, same workload" if before else ""
             md.append(f"## Real workspace ({mode})\n\n{label}; {shape['tool_calls']} tool calls, "
@@ -429,7 +503,8 @@ def main() -> None:
                     continue
                 md.append(f"- {name}: load during its rows {m['load']}; replay verification parts (median s): "
                           f"{ {k: round(statistics.median(r['seconds'][k] for r in m['open_reports']), 3) for k in ('read', 'verify', 'write')} }; "
-                          f"last repeat: {m['open_reports'][-1]}; from nothing passed {m['nothing_passed']}")
+                          f"last repeat: {m['open_reports'][-1]}; from nothing passed {m['nothing_passed']}"
+                          + (f"; {m['shards']} processes passed {m['sharded_passed']}" if m.get("sharded_walls") else ""))
             rec.notes.append(f"real workload: {json.dumps(shape)}")
         shop = bench_shop(a.shop_n or (1000 if a.quick else 5000), repeats)
         rate = [shop["n"] / w for w in shop["walls"]]

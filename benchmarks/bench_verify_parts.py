@@ -51,7 +51,7 @@ def parts(ws: Workspace) -> tuple[int, dict[str, float], float]:
         clock[0] = now
 
     gc.disable()  # as verify_run
-    rows = list(read_trajectory_rows(ws.rollout_dir(GOLD_RUN) / TRAJECTORIES))
+    rows = list(read_trajectory_rows(ws.rollout_dir(GOLD_RUN) / TRAJECTORIES, share_tools=True))  # as verify_run
     trajs, raws = [r[1] for r in rows if r[1] is not None], [r[4] for r in rows if r[1] is not None]
     tick("read: orjson parse + validation")
     by: dict[str, list] = {}

@@ -52,6 +52,15 @@ def _unpack(call: Any, pairs: bool = False) -> tuple[Any, Any] | ToolResult:
     return ToolResult(False, None, f"a tool call must be an object with name and arguments, got {shown}")
 
 
+class Checked(tuple):
+    """A (name, arguments) pair whose arguments the caller already found valid with this domain's
+    own checks (the tool's agentscaler.schemas.check, value_problem first, as _check runs them):
+    call_batch/replay take it without checking again. For callers that run those checks anyway
+    (the verifier's static checks); anything else is checked here."""
+
+    __slots__ = ()
+
+
 def _same_output(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
@@ -359,6 +368,8 @@ class Environment:
 
     def _prepared(self, call: Any) -> tuple[str, Any] | ToolResult:
         """(name, checked arguments) of one call as call_batch/replay take it, or its error result."""
+        if type(call) is Checked and call[0] in self._kinds and isinstance(call[1], dict):
+            return call[0], call[1]
         got = _unpack(call, pairs=True)
         if isinstance(got, ToolResult):
             return got

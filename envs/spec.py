@@ -46,6 +46,9 @@ class ToolSpec(Strict):
     returns: dict[str, Any] | None = None
     kind: Literal["read", "write"]
     source_tool_id: str | None = None  # the corpus Tool id this came from
+    # "synthesized": not from the corpus; a read synthesis added so a write's effect can be seen
+    # (tasks.environments.rules.observer_plans); reported apart wherever reads are counted
+    origin: Literal["corpus", "synthesized"] = "corpus"
 
     def openai_schema(self) -> dict[str, Any]:
         return {"type": "function", "function": {"name": self.name, "description": self.description,

@@ -90,6 +90,7 @@ class ClosedLoopConfig(BaseModel):
     # the server's CPU threads (decode and prompt), the same for every model compared: 1, because two
     # threads spin against each other when the 2 cores are busy (a 3-request trial took 612 s at load 14)
     server_threads: int = 1
+    server_replicas: int = 2  # one-thread servers of the model (agentscaler.endpoints.serve): one per core
     # data
     session_length: int = 5120  # tokens per training session (a domain's prompt once, then conversations)
     experience_runs: list[str] = Field(default_factory=list)  # accepted agent experience to train on too
@@ -206,9 +207,11 @@ def evaluate_model(ws: Workspace, cfg: ClosedLoopConfig, checkpoint: Path, name:
     t0 = time.perf_counter()
     hf_options = {"max_new_tokens": cfg.max_tokens} if cfg.engine == "hf" else {}
     with serve(LOCAL, checkpoint=checkpoint, engine=cfg.engine, precision=cfg.precision, model_alias=name,
-               threads=cfg.server_threads, log_path=ws.reports_dir / f"server-{name}.log", **hf_options) as urls:
+               threads=cfg.server_threads, replicas=cfg.server_replicas, log_path=ws.reports_dir / f"server-{name}.log",
+               **hf_options) as urls:
         out["heldout"] = evaluate(ws, urls, model=name, k=k, split="heldout", scenario_ids=ids,
                                   cfg=rollout_config(cfg, k), concurrency=1, timeout=600)
+        out["heldout"]["servers"] = len(urls)
         log(f"[closed-loop] {name}: held-out pass^k {_overall(out['heldout'])} ({time.perf_counter() - t0:.0f} s)")
         if tau2:
             out["tau2"] = evaluate(ws, urls, model=name, k=cfg.tau2_k, split="heldout", tau2=True,
@@ -358,7 +361,7 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
 
 def _eval_brief(ws: Workspace, report: dict[str, Any]) -> dict[str, Any]:
     keys = ("run_id", "model", "k", "scenarios", "verified", "passed", "accuracy", "attribution", "reasons",
-            "diagnostics", "wall_s", "tau2_agreement")
+            "diagnostics", "wall_s", "tau2_agreement", "servers")
     return {**{k: report.get(k) for k in keys}, "pass^k": _overall(report),
             "intervals": {g: report["intervals"][g]["pass^k"] for g in ("overall", "single_call", "multi_call")},
             "cost": trajectory_stats(ws, report["run_id"])}

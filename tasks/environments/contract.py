@@ -40,6 +40,9 @@ def entities_text(plans: list[Plan], entities: dict[str, Entity]) -> str:
 
 def _effect_text(eff: dict[str, Any], entities: dict[str, Entity]) -> str:
     k = eff["kind"]
+    if k == "assign":
+        v = "the new record's id" if eff["value"] == "$id" else repr(eff["value"])
+        return f"sets {eff['column']} to {v} when not given (a read looks records up by it)"
     if k == "consume":
         r = entities[eff["ref"]]
         by = f"by {eff['amount']}" if eff.get("amount") else "by 1"

@@ -641,13 +641,42 @@ def _quantity_column(name: str) -> str:
     return "available"
 
 
+def _looked_up_by(plans: list[Plan], e: Entity) -> dict[str, dict[str, Any]]:
+    """column -> schema of the fields a read of `e` must be given (required filters): what a
+    record has to hold for that read to find it (lawsuit_info(case_number) finds a lawsuit by
+    its case number)."""
+    out: dict[str, dict[str, Any]] = {}
+    for pl in plans:
+        if pl.kind == "read" and pl.entity == e.name and pl.action == "search":
+            for p in pl.params:
+                if p.required and p.role == "column" and p.column in e.columns and p.column != e.pk:
+                    out.setdefault(p.column, p.schema)
+    return out
+
+
+def _assigned_value(schema: dict[str, Any]) -> Any:
+    """What a create assigns to a field a read looks its records up by, when the caller gave
+    none: the schema's default, its first allowed value, else (text) the new record's own id,
+    as a real API numbers a filed case; None (not assigned) for other types."""
+    if "default" in schema and schema["default"] is not None:
+        return schema["default"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    return "$id" if schema_type(schema) == "string" and not schema.get("format") else None
+
+
 def _effects(plans: list[Plan], entities: dict[str, Entity]) -> None:
     """What each write does beyond its own row: consume or restore a quantity, move money,
-    stamp clock fields, compute a fee or a due date."""
+    stamp clock fields, compute a fee or a due date, assign the fields reads look records up by."""
     for pl in plans:
         e = entities[pl.entity]
         text = f"{pl.tool.description}"
         if pl.action == "create":
+            given = {p.column for p in pl.params}
+            for col, schema in sorted(_looked_up_by(plans, e).items()):
+                value = _assigned_value(schema)
+                if col not in given and value is not None:
+                    pl.effects.append({"kind": "assign", "column": col, "value": value})
             if pl.status_to:  # start_session: a record created in the started state
                 e.statuses = e.statuses or [pl.status_to]
                 if "status" not in e.columns:

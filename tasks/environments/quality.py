@@ -6,7 +6,9 @@ Measured on the built environment (spec, seed, tool code in the sandbox), whatev
 - write observability: the share of write tools whose effect some read tool shows: after the write,
   a read called with arguments drawn from the write's output and the changed row answers
   differently than on the seed (a new booking is found, a cancelled one shows its new status,
-  a deleted one is gone, a seat count dropped);
+  a deleted one is gone, a seat count dropped). Measured twice: with the corpus's reads only
+  (`write_observability`), and with the synthesized observers too
+  (`write_observability_with_observers`; tasks.environments.rules.observer_plans);
 - execution (in tasks.environments.validate): a grounded call returns a non-error, non-empty result.
 Generated code runs only in the sandbox (`envs.episode.Environment`); nothing is executed here.
 """
@@ -176,14 +178,17 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
     order, a reason from a list) rejects random grounded arguments, and a write never made says
     nothing about whether a read shows it; the read side is unchanged."""
     rng = random.Random(f"observe:{spec.id}:{seed}")
+    orng = random.Random(f"observe-observers:{spec.id}:{seed}")
     plans = (spec.report or {}).get("plans") or {}
-    reads = [t for t in spec.tools if t.kind == "read"]
+    reads = [t for t in spec.tools if t.kind == "read" and t.origin == "corpus"]
+    observers = [t for t in spec.tools if t.kind == "read" and t.origin != "corpus"]
     writes = [t for t in spec.tools if t.kind == "write"]
     per: dict[str, dict[str, Any]] = {}
     outputs: list[Any] = []
     pending: list[tuple[str, list[tuple[str, dict[str, Any]]], list[Any], list[str]]] = []
     for w in writes:
-        r: dict[str, Any] = {"observed": False, "changed": False, "by": None, "why": "no call changed the state"}
+        r: dict[str, Any] = {"observed": False, "changed": False, "by": None, "why": "no call changed the state",
+                             "observed_with_observers": False, "by_any": None}
         per[w.name] = r
         for given in [None] * tries + list((examples or {}).get(w.name, []))[:tries]:
             env.reset()
@@ -209,11 +214,17 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
                 elif d.get("column"):
                     row[d["column"]] = d.get("after")
                 rows.append(row)
+            # the corpus's reads (those about the changed tables first), then synthesized observers
+            # of the changed tables (tasks.environments.rules.observer_plans), counted apart
             cands = sorted(reads, key=lambda t: (not _related(t, set(tables), plans), t.name))[:max_reads]
             after_state = StateView(spec, rows=_focus(state.rows, diff))  # what changed, as a read may find it
             calls = [(rd.name, ground_arguments(rd, after_state, [*rows, res.content], rng, optional_prob=0.2)[0])
                      for rd in cands]
-            r["why"] = (unobserved_why(tables, reads, plans) if calls else "no read tool in the domain")
+            r["why"] = unobserved_why(tables, reads, plans) if calls else "no read tool in the domain"
+            # then the synthesized observers of the changed tables (their own draws: the corpus
+            # reads' arguments stay what they were before observers existed)
+            calls += [(o.name, ground_arguments(o, after_state, [*rows, res.content], orng, optional_prob=0.2)[0])
+                      for o in observers if _related(o, set(tables), plans)]
             if calls:
                 pending.append((w.name, calls, env.call_batch(calls), tables))
             break
@@ -221,16 +232,26 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
         env.reset()
         before = env.call_batch([c for _, calls, _, _ in pending for c in calls])
         i = 0
+        synth = {o.name for o in observers}
         for name, calls, after, _tables in pending:
             seed_side = before[i:i + len(calls)]
             i += len(calls)
-            hit = next((c[0] for c, x, y in zip(calls, after, seed_side) if _key(x) != _key(y)), None)
-            if hit:
-                per[name].update(observed=True, by=hit, why=None)
+            hits = [c[0] for c, x, y in zip(calls, after, seed_side) if _key(x) != _key(y)]
+            corpus_hit = next((h for h in hits if h not in synth), None)
+            if corpus_hit:
+                per[name].update(observed=True, by=corpus_hit, why=None)
+            if hits:
+                per[name].update(observed_with_observers=True, by_any=hits[0])
     n = len(per)
     seen = sum(r["observed"] for r in per.values())
+    seen_o = sum(r["observed_with_observers"] for r in per.values())
     return ({"writes": n, "writes_observed": seen, "write_observability": round(seen / n, 4) if n else None,
-             "unobserved": {k: v["why"] for k, v in per.items() if not v["observed"]}}, outputs)
+             "unobserved": {k: v["why"] for k, v in per.items() if not v["observed"]},
+             # the same writes, with the domain's synthesized observers beside its corpus reads
+             "observers": len(observers), "writes_observed_with_observers": seen_o,
+             "write_observability_with_observers": round(seen_o / n, 4) if n else None,
+             "unobserved_with_observers": {k: v["why"] for k, v in per.items() if not v["observed_with_observers"]}},
+            outputs)
 
 
 def environment_quality(env: Any, spec: DomainSpec, state: StateView, seed: int = 0,
@@ -265,8 +286,11 @@ def quality_summary(ws: Any) -> dict[str, Any]:
                         "bad_input": bad,
                         "executes": v.get("executes"), "execute_rate": v.get("execute_rate"),
                         "merged": ((spec.report or {}).get("near_duplicates") or {}).get("merged", 0),
+                        "observers": sum(t.origin == "synthesized" for t in spec.tools),
                         **{k: q.get(k) for k in ("id_params", "id_resolved", "id_coherence", "writes",
-                                                 "writes_observed", "write_observability")},
+                                                 "writes_observed", "write_observability",
+                                                 "writes_observed_with_observers",
+                                                 "write_observability_with_observers")},
                         **{k: sq[k] for k in ("scenarios", "multi_call", "chained", "chain_share", "gold_reads",
                                               "gold_reads_nonempty", "nonempty_read_share", "kinds")}})
     synth = [d for d in domains if d["synthesizer"] != "tau2"]
@@ -282,6 +306,10 @@ def quality_summary(ws: Any) -> dict[str, Any]:
               "merged": sum(d["merged"] for d in synth),
               "id_coherence": _ratio(synth, "id_resolved", "id_params"),
               "write_observability": _ratio(synth, "writes_observed", "writes"),
+              "observers": sum(d["observers"] for d in synth),
+              "write_observability_with_observers": (  # None for environments built before observers
+                  _ratio(synth, "writes_observed_with_observers", "writes")
+                  if any(d["writes_observed_with_observers"] is not None for d in synth) else None),
               "execute_rate": _ratio(measured, "executes", "tools"),
               "chain_share": _ratio(synth, "chained", "multi_call"),
               "nonempty_read_share": _ratio(synth, "gold_reads_nonempty", "gold_reads"), "kinds": kinds,

@@ -244,7 +244,12 @@ def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
                 L.append(f"    row[{col!r}] = db.now()")
         for eff in pl.effects:
             k = eff["kind"]
-            if k == "due":
+            if k == "assign":  # a field a read looks records up by (plan._looked_up_by)
+                v = f"str(row[{e.pk!r}])" if eff["value"] == "$id" else _literal(eff["value"])
+                if v is not None:
+                    L.append(f"    if row.get({eff['column']!r}) is None:")
+                    L.append(f"        row[{eff['column']!r}] = {v}")
+            elif k == "due":
                 L.append(f"    row[{eff['column']!r}] = _add(db.now(), days={eff['days']})")
             elif k == "consume":
                 r = entities[eff["ref"]]

@@ -18,7 +18,7 @@ from envs.spec import DomainSpec, Edge, TableSpec, ToolSpec
 from envs.store import render_models_py
 from tasks.environments.bad_input import inspect_tool
 from tasks.environments.dedupe import alias_report, merge_near_duplicates
-from tasks.environments.plan import Entity, Plan, plan_tools
+from tasks.environments.plan import Entity, Param, Plan, plan_tools
 from tasks.environments.render import HEADER, render_tool
 from tasks.environments.seed import seed_rows
 from tasks.environments.synthesis import Synthesis, discovered_edges
@@ -90,6 +90,45 @@ def infer_edges(plans: list[Plan], given: list[dict[str, Any]] | None,
     return [out[k] for k in sorted(out)]
 
 
+OBSERVER_NOTE = "synthesized observer: the corpus has no read of this record"
+
+
+def observer_plans(plans: list[Plan], entities: dict[str, Entity]) -> list[Plan]:
+    """A read per written entity that no read of the domain is about (nor a read of a record it
+    belongs to, which lists it when its creates name that record): `get_<entity>(<entity>_id)`,
+    the lookup a real API almost always has beside its writes, which the corpus excerpt lacks.
+    Planned as the rules plan any get by its own key (and rendered by the same template), built
+    directly rather than re-planned from its name: a name such as get_source_map would be read
+    as a map's lookup. The corpus's plans and entities are left as they were."""
+    read = {pl.entity for pl in plans if pl.kind == "read"}
+    # a record a read of its parent lists, when every create of it names that parent
+    creates: dict[str, list[Plan]] = {}
+    for pl in plans:
+        if pl.action == "create":
+            creates.setdefault(entities[pl.entity].table, []).append(pl)
+    listed = {t for n in read if n in entities for t, col, _ in entities[n].children
+              if all(any(p.column == col for p in pl.params) for pl in creates.get(t, []))}
+    names = {pl.name for pl in plans}
+    out = []
+    for name in sorted({pl.entity for pl in plans if pl.kind == "write"}):
+        e = entities.get(name)
+        if e is None or name in read or e.table in listed:
+            continue
+        tname = f"get_{name}"[:60]
+        while tname in names:
+            tname += "_record"
+        names.add(tname)
+        words = name.replace("_", " ")
+        pk_schema = {"type": "integer" if e.pk_type == "integer" else "string", "description": f"The id of the {words}."}
+        tool = Tool(name=tname, source_name=tname, source="synthesized", kind="read",
+                    description=f"Get the details of one {words} by its id.",
+                    parameters={"type": "object", "properties": {e.pk: pk_schema}, "required": [e.pk]})
+        out.append(Plan(tool=tool, name=tname, kind="read", action="get", verb="get", entity=name,
+                        params=[Param(name=e.pk, schema=pk_schema, required=True, role="pk", column=e.pk, ref=name)],
+                        kind_reason="synthesized"))
+    return out
+
+
 def domain_name(plans: list[Plan], entities: dict[str, Entity]) -> str:
     """The domain's name: its main nouns (the entities most tools act on), never verbs or tags."""
     uses = Counter(pl.entity for pl in plans)
@@ -116,10 +155,14 @@ def synthesize_rules(domain_id: str, tools: list[Tool], name: str = "", given_ed
         raise ValueError(f"domain {domain_id}: no tools to synthesize")
     rng = random.Random(f"{domain_id}:{seed}")
     plans, entities = plan_tools(tools)
+    added = observer_plans(plans, entities)  # reads not from the corpus, marked as such below
+    observers = {pl.name for pl in added}
+    plans = plans + added
     tables = [TableSpec(name=e.table, columns=list(e.columns.values()), primary_key=[e.pk])
               for _, e in sorted(entities.items())]
     specs = [ToolSpec(name=pl.name, description=pl.tool.description, parameters=pl.tool.parameters,
-                      returns=pl.tool.returns, kind=pl.kind, source_tool_id=pl.tool.id or None) for pl in plans]
+                      returns=pl.tool.returns, kind=pl.kind, source_tool_id=pl.tool.id or None,
+                      origin="synthesized" if pl.name in observers else "corpus") for pl in plans]
     edges = infer_edges(plans, given_edges, entities)
     dname = name or domain_name(plans, entities)
     spec = DomainSpec(id=domain_id, name=dname,
@@ -128,6 +171,7 @@ def synthesize_rules(domain_id: str, tools: list[Tool], name: str = "", given_ed
                       report={"plans": {pl.name: {"kind": pl.kind, "kind_reason": pl.kind_reason, "action": pl.action,
                                                   "entity": pl.entity, "table": entities[pl.entity].table,
                                                   "verb": pl.verb,
+                                                  **({"origin": "synthesized"} if pl.name in observers else {}),
                                                   **({"anchor": entities[pl.anchor].table} if pl.anchor else {}),
                                                   **({"states": {pl.status_col: list(pl.status_from)}}
                                                      if pl.status_from else {})}
@@ -136,6 +180,7 @@ def synthesize_rules(domain_id: str, tools: list[Tool], name: str = "", given_ed
                                                     "quantity": e.quantity or None, "balance": e.balance or None}
                                            for _, e in sorted(entities.items())},
                               "near_duplicates": alias_report(aliases),
+                              "observers": {"synthesized": sorted(observers), "note": OBSERVER_NOTE},
                               "bad_input": {k: sorted(v) for k, v in sorted(bad.items())}})
     rows = seed_rows(entities, rng, clock)
     code = HEADER.format(id=domain_id, name=spec.name.replace('"', "'")) + "".join(

@@ -55,6 +55,9 @@ def _synthesize(domain_id: str, members: list[Tool], record: dict[str, Any], syn
 
 def _content_id(syn: Any) -> str:
     spec = syn.spec.model_dump(exclude={"report"})
+    for t in spec["tools"]:  # a corpus tool hashes as before the field existed: untouched domains are not rebuilt
+        if t.get("origin") == "corpus":
+            t.pop("origin")
     return content_hash({"spec": spec, "code": syn.tools_py, "models": syn.models_py, "rows": syn.rows})
 
 

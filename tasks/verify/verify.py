@@ -43,8 +43,10 @@ from __future__ import annotations
 import fcntl
 import gc
 import json
+import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,8 +57,9 @@ import orjson
 from agentscaler.artifacts import TRAJECTORIES, load_scenarios, read_trajectory_rows
 from agentscaler.hashing import canonical_json
 from agentscaler.models import Scenario, Trajectory, Verdict
-from agentscaler.schemas import check
+from agentscaler.schemas import check, value_problem
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json, atomic_write_jsonl
+from envs.episode import Checked
 from envs.fastcheck import flat_checker
 from envs.spec import DomainSpec
 from tasks.rollouts.conversation import pending_write
@@ -103,23 +106,37 @@ class DomainTools:
         ok = self._seen.get(key)
         if ok is None:
             c, fast = self.checks.get(name), self.fast.get(name)
-            ok = self._seen[key] = c is not None and ((fast is not None and fast(args)) or c.is_valid(args))
+            # value_problem first, as the episode checks (envs.episode.Environment._check): the flat
+            # check alone would pass a NaN or an infinity
+            ok = self._seen[key] = c is not None and value_problem(args) is None \
+                and ((fast is not None and fast(args)) or c.is_valid(args))
         return ok
 
 
-def _norm(v: Any) -> Any:
-    """Numbers compare by value (1 == 1.0) in call matching."""
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
+def _norm(v: Any, finite: bool = False) -> Any:
+    """Numbers compare by value (1 == 1.0) in call matching. finite: a NaN or an infinity raises
+    ValueError (orjson would write it as null)."""
+    if isinstance(v, float):
+        if v.is_integer():
+            return int(v)
+        if finite and not math.isfinite(v):
+            raise ValueError("not a finite number")
+        return v
     if isinstance(v, dict):
-        return {k: _norm(x) for k, x in v.items()}
+        return {k: _norm(x, finite) for k, x in v.items()}
     if isinstance(v, list):
-        return [_norm(x) for x in v]
+        return [_norm(x, finite) for x in v]
     return v
 
 
 def call_key(name: str, args: dict[str, Any]) -> str:
-    return canonical_json([name, _norm(args)])
+    """The text two calls share when they are the same call (name, arguments by value). Keys are
+    only compared within one process: orjson's sorted-key text (5x faster), or canonical JSON for
+    what orjson would not write exactly (NaN, infinities, integers over 64 bits, odd objects)."""
+    try:
+        return orjson.dumps([name, _norm(args, True)], option=orjson.OPT_SORT_KEYS).decode()
+    except (ValueError, TypeError):  # orjson.JSONEncodeError is a TypeError
+        return canonical_json([name, _norm(args)])
 
 
 def calls_match(agent: list[tuple[str, dict[str, Any]]], gold: list[tuple[str, dict[str, Any]]],
@@ -237,6 +254,7 @@ def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools, max
                 raw = fn.get("arguments")
                 args = _args(raw)
                 key = None
+                call: tuple[str, Any] = (name, raw if args is None else args)
                 if args is None:
                     reasons.add("malformed_dialogue")
                 else:
@@ -246,11 +264,13 @@ def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools, max
                         reasons.add("unknown_tool")
                     elif not tools.valid(name, args, key):
                         reasons.add("invalid_arguments")
+                    else:
+                        call = Checked(call)  # the replay does not check these arguments again
                 cid = str(c.get("id"))
                 if cid in pending:
                     reasons.add("malformed_dialogue")  # two calls of one turn share an id
                 pending[cid] = len(d.calls)
-                d.calls.append((name, raw if args is None else args))
+                d.calls.append(call)
                 d.keys.append(key)
                 d.shown.append(None)
         else:  # tool
@@ -374,9 +394,70 @@ def latest_run(ws: Workspace) -> str | None:
     return runs[-1][1] if runs else None
 
 
+@dataclass
+class Part:
+    """One verifier's share of a run's lines, verified (verify_part): what verify_run merges and
+    writes. Plain data, so another process (tasks.verify.shards) can send it back."""
+
+    lines: list[int] = field(default_factory=list)  # the line number of each readable line
+    rows: list[dict[str, Any]] = field(default_factory=list)  # its verified.jsonl row
+    out: list[bytes] = field(default_factory=list)  # the line with its verdict
+    judged: list[tuple[list[str], str, bool, str]] = field(default_factory=list)  # see summarize
+    results: list[tuple[tuple, dict[str, Any]]] = field(default_factory=list)  # (order key, pass^k row)
+    unreadable: list[tuple[int, str]] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+    failed_domains: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def verify_part(ws: Workspace, path: Path, max_repeats: int = 3, replayer: Replayer | None = None,
+                take: Callable[[bytes], bool] | None = None) -> Part:
+    """Read, check, replay and judge the lines of a trajectories file (those `take` accepts: all
+    by default), and encode what verify_run writes for them."""
+    # Reading, checking and writing make millions of short-lived objects, which reference counting
+    # frees; the cyclic collector would walk the whole heap again and again meanwhile (2-3x the time).
+    collecting = gc.isenabled()
+    gc.disable()
+    part = Part()
+    c0 = time.process_time()
+    try:
+        t0 = time.perf_counter()
+        trajs: list[Trajectory] = []
+        raws: list[bytes | None] = []  # each line as read (the verdict alone is encoded again)
+        for where, traj, _, detail, raw in read_trajectory_rows(path, share_tools=True, take=take):
+            lineno = int(where.rsplit(":", 1)[1])
+            if traj is None:
+                part.unreadable.append((lineno, f"{where}: {detail}"[:300]))
+            else:
+                trajs.append(traj)
+                raws.append(raw)
+                part.lines.append(lineno)
+        t_read = time.perf_counter()
+        part.counts, part.failed_domains, results, replay_s = _verify_all(ws, trajs, max_repeats, replayer,
+                                                                          REPLAY_THREADS)
+        t_verify = time.perf_counter()
+        part.results = [((k, d, part.lines[i]), r) for (k, d, i), r in results]
+        part.judged = [_judged(t) for t in trajs]
+        part.rows = [{"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain, "trial": t.trial,
+                      "verdict": t.verdict.model_dump() if t.verdict else None} for t in trajs]
+        part.out = [_with_verdict(t, raw) for t, raw in zip(trajs, raws)]
+        # Freed here, by reference counting, while the collector is still off: enabled with them
+        # alive, its first young collection would walk every object the run made (a quarter of
+        # the verifier's time on 3,000 real trajectories).
+        del trajs, raws
+    finally:
+        if collecting:
+            gc.enable()
+    part.seconds = {"read": t_read - t0, "verify": t_verify - t_read, "encode": time.perf_counter() - t_verify,
+                    "replay": replay_s, "cpu": time.process_time() - c0}
+    return part
+
+
 def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, embed: bool = True,
-               replayer: Replayer | None = None) -> dict[str, Any]:
-    """Verify every trajectory of a run; write verified.jsonl, verify.json (and embed verdicts)."""
+               replayer: Replayer | None = None, shards: Any = None) -> dict[str, Any]:
+    """Verify every trajectory of a run; write verified.jsonl, verify.json (and embed verdicts).
+    `shards` (tasks.verify.shards.Shards): its processes verify the lines, each its domains,
+    and the parts are merged here in line order: the same files as verified in this process."""
     run_id = run_id or latest_run(ws)
     if run_id is None:
         raise FileNotFoundError(f"no rollout runs under {ws.root / 'rollouts'}")
@@ -384,42 +465,28 @@ def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, e
     path = run_dir / TRAJECTORIES
     if not path.exists():
         raise FileNotFoundError(f"no trajectories for run {run_id} ({path})")
-    # Reading, checking and writing make millions of short-lived objects, which reference counting
-    # frees; the cyclic collector would walk the whole heap again and again meanwhile (2-3x the time).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        t0 = time.perf_counter()
-        trajs: list[Trajectory] = []
-        raws: list[bytes | None] = []  # each line as read (the verdict alone is encoded again)
-        unreadable: list[str] = []
-        for where, traj, _, detail, raw in read_trajectory_rows(path):
-            if traj is None:
-                unreadable.append(f"{where}: {detail}"[:300])
-            else:
-                trajs.append(traj)
-                raws.append(raw)
-        t_read = time.perf_counter()
-        report = verify_trajectories(ws, trajs, max_repeats=max_repeats, replayer=replayer)
-        t_verify = time.perf_counter()
-        rows = [{"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain, "trial": t.trial,
-                 "verdict": t.verdict.model_dump() if t.verdict else None} for t in trajs]
-        atomic_write_jsonl(run_dir / "verified.jsonl", rows)
-        embedded = False
-        if embed and not _run_locked(run_dir):
-            atomic_write_bytes(path, b"".join(_with_verdict(t, raw) for t, raw in zip(trajs, raws)))
-            embedded = True
-        # Freed here, by reference counting, while the collector is still off: enabled with them
-        # alive, its first young collection would walk every object the run made (a quarter of
-        # the verifier's time on 3,000 real trajectories).
-        del trajs, raws, rows
-    finally:
-        if collecting:
-            gc.enable()
+    parts = shards.verify(path, max_repeats) if shards is not None else [verify_part(ws, path, max_repeats, replayer)]
+    t_write = time.perf_counter()
+    order = sorted((ln, p, j) for p, part in enumerate(parts) for j, ln in enumerate(part.lines))
+    counts: Counter = Counter()
+    failed: dict[str, str] = {}
+    for part in parts:
+        counts.update(part.counts)
+        failed.update(part.failed_domains)
+    results = sorted((x for part in parts for x in part.results), key=lambda x: x[0])
+    report = summarize([parts[p].judged[j] for _, p, j in order], [r for _, r in results], counts,
+                       dict(sorted(failed.items())), max(part.seconds["replay"] for part in parts))
+    atomic_write_jsonl(run_dir / "verified.jsonl", [parts[p].rows[j] for _, p, j in order])
+    embedded = False
+    if embed and not _run_locked(run_dir):
+        atomic_write_bytes(path, b"".join(parts[p].out[j] for _, p, j in order))
+        embedded = True
+    unreadable = [text for _, text in sorted(x for part in parts for x in part.unreadable)]
     report.update(run_id=run_id, unreadable=len(unreadable), unreadable_examples=unreadable[:20],
                   embedded_in_trajectories=embedded,
-                  seconds={"read": round(t_read - t0, 4), "verify": round(t_verify - t_read, 4),
-                           "write": round(time.perf_counter() - t_verify, 4)})
+                  seconds={"read": round(max(p.seconds["read"] for p in parts), 4),
+                           "verify": round(max(p.seconds["verify"] + p.seconds["encode"] for p in parts), 4),
+                           "write": round(time.perf_counter() - t_write, 4)})
     atomic_write_json(run_dir / "verify.json", report)
     return report
 
@@ -509,19 +576,36 @@ def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int
     replay report. `replayer` keeps domains' sandbox workers open across calls (default: opened
     here, closed at the end; either way started ahead of use). Domains are checked, replayed and
     judged `threads` at a time (while some wait for their sandbox children, one works)."""
+    counts, failed_domains, results, seconds = _verify_all(ws, trajs, max_repeats, replayer, threads)
+    return summarize([_judged(t) for t in trajs], [r for _, r in results], counts, failed_domains, seconds)
+
+
+def _judged(t: Trajectory) -> tuple[list[str], str, bool, str]:
+    """What the report counts of one verified trajectory: (reasons, attribution, passed, origin)."""
+    return t.verdict.reasons, t.verdict.attribution, t.verdict.passed, t.origin  # type: ignore[union-attr]
+
+
+def _verify_all(ws: Workspace, trajs: list[Trajectory], max_repeats: int, replayer: Replayer | None,
+                threads: int) -> tuple[Counter, dict[str, str], list[tuple[tuple, dict[str, Any]]], float]:
+    """verify_trajectories' work: (replay counts, failed domains, pass^k rows each with its sort
+    key (known domain?, domain, position in trajs): unknown domains first, then by domain, each in
+    the given order), seconds)."""
     own = replayer is None
     rep = replayer or Replayer(ws.root / "domains")
     known = set(ws.domain_ids())
     by_domain: dict[str, list[Trajectory]] = {}
-    for t in trajs:
+    at: dict[str, list[int]] = {}
+    for i, t in enumerate(trajs):
         if t.domain in known:
             by_domain.setdefault(t.domain, []).append(t)
+            at.setdefault(t.domain, []).append(i)
         else:
             t.verdict = Verdict(passed=False, reasons=["unknown_scenario"], attribution="environment")
     counts: Counter = Counter()
     failed_domains: dict[str, str] = {}
-    results = [{"scenario_id": t.scenario_id, "domain": t.domain, "passed": False, "attribution": "environment",
-                "n_gold_calls": 0} for t in trajs if t.domain not in known]
+    results = [((0, "", i), {"scenario_id": t.scenario_id, "domain": t.domain, "passed": False,
+                             "attribution": "environment", "n_gold_calls": 0})
+               for i, t in enumerate(trajs) if t.domain not in known]
     t0 = time.perf_counter()
     try:
         domains = sorted(by_domain)
@@ -531,37 +615,42 @@ def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int
                 lambda d: _verify_domain(ws, rep, d, by_domain[d], max_repeats), domains)
             for domain, (c, failed, rows) in zip(domains, done):
                 counts.update(c)
-                results.extend(rows)
+                results.extend(((1, domain, i), r) for i, r in zip(at[domain], rows))
                 if failed is not None:
                     failed_domains[domain] = failed
     finally:
         if own:
             rep.close()
-    t_end = time.perf_counter()
+    return counts, failed_domains, results, time.perf_counter() - t0
+
+
+def summarize(judged: list[tuple[list[str], str, bool, str]], results: list[dict[str, Any]], counts: Counter,
+              failed_domains: dict[str, str], seconds: float) -> dict[str, Any]:
+    """The report of verified trajectories: judged = (reasons, attribution, passed, origin) of each,
+    results = their pass^k rows (in _verify_all's order)."""
     reasons: Counter = Counter()
     attribution: Counter = Counter()
     funnel = Counter()
     missing = 0
-    for t in trajs:
-        v = t.verdict
-        missing += "unknown_scenario" in v.reasons
-        reasons.update(v.reasons)
-        attribution[v.attribution] += 1
-        failed_so_far = set(v.reasons)
+    for why, blame, _, _ in judged:
+        missing += "unknown_scenario" in why
+        reasons.update(why)
+        attribution[blame] += 1
+        failed_so_far = set(why)
         for stage, codes in FUNNEL:
             if failed_so_far & codes:
                 break
             funnel[stage] += 1
+    n = len(judged)
     passed = sum(r["passed"] for r in results)
-    by_origin = {o: {"trajectories": sum(t.origin == o for t in trajs),
-                     "passed": sum(t.origin == o and t.verdict.passed for t in trajs)}
-                 for o in sorted({t.origin for t in trajs})}  # agent experience vs gold replays, never mixed
-    return {"trajectories": len(trajs), "passed": passed, "failed": len(trajs) - passed, "by_origin": by_origin,
-            "pass_rate": round(passed / len(trajs), 6) if trajs else None,
+    by_origin = {o: {"trajectories": sum(j[3] == o for j in judged), "passed": sum(j[3] == o and j[2] for j in judged)}
+                 for o in sorted({j[3] for j in judged})}  # agent experience vs gold replays, never mixed
+    return {"trajectories": n, "passed": passed, "failed": n - passed, "by_origin": by_origin,
+            "pass_rate": round(passed / n, 6) if n else None,
             "reasons": {r: reasons.get(r, 0) for r in REASONS} | ({"unknown_scenario": missing} if missing else {}),
-            "funnel": {"total": len(trajs), **{stage: funnel.get(stage, 0) for stage, _ in FUNNEL}},
+            "funnel": {"total": n, **{stage: funnel.get(stage, 0) for stage, _ in FUNNEL}},
             "attribution": {k: attribution.get(k, 0) for k in ("none", "agent", "user", "environment")},
             "pass^k": passk_report(results), "pass^k_raw": passk_report(results, agent_only=False),
             "replay": {"trajectories": counts["replayed"], "replayed_fresh": counts["replayed_fresh"],
                        "unstable": counts["unstable"], "failed_domains": failed_domains,
-                       "seconds": round(t_end - t0, 4)}}
+                       "seconds": round(seconds, 4)}}

@@ -94,6 +94,7 @@ def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     cmp = out["comparison"]
     assert cmp["same_scenarios"] and cmp["groups"]["overall"]["scenarios"] == 2
     assert out["base"]["heldout"]["cost"]["conversations"] == out["trained"]["heldout"]["cost"]["conversations"] == 4
+    assert out["base"]["heldout"]["servers"] == out["trained"]["heldout"]["servers"] == 2  # server_replicas: two one-thread servers each
     conv = out["export"]["conversations_by_origin"]
     assert set(conv["train"]) == {GOLD_AGENT}  # only gold replays: no experience run was given
     md = (ws.reports_dir / "closed_loop.md").read_text()

@@ -85,7 +85,9 @@ def test_files_and_quality_bar(built):
         assert t["signature_ok"], name
         assert t["executes"], (name, t["errors"])
         assert t["read_mutated"] is False
-    assert r["reads"] + r["writes"] == len(TOOLS)
+    observers = r["observers"]["synthesized"]  # reads synthesis added, not from the corpus
+    assert r["reads"] + r["writes"] == len(TOOLS) + len(observers)
+    assert {t.name for t in spec.tools if t.origin == "synthesized"} == set(observers)
     assert sum(r["seed_rows"].values()) >= 20
     assert Catalog(ws.catalog_path).stage_status("dshop0001", "synthesize")["status"] == "done"
     assert DomainSpec.load(d) == spec
@@ -123,7 +125,7 @@ def test_validation_catches_broken_code(built, tmp_path):
     assert tools["search_products"]["executes"]
     (d / "tools.py").write_text("def broken(:\n")
     v = validate_environment(d, unsafe=UNSAFE)
-    assert v["executes"] == 0 and v["failures"] == {"syntax": len(TOOLS)}
+    assert v["executes"] == 0 and v["failures"] == {"syntax": len(spec.tools)}  # the observers too
 
 
 def test_failures_marked_and_reported(tmp_path):

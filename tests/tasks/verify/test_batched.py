@@ -1,7 +1,8 @@
 """The fast path decides exactly as the slow one: a whole run verified at once (domains two at a
 time, many trajectories per sandbox round trip, workers opened ahead, each line rewritten from the
 JSON it was read from) gives every trajectory the verdict it gets verified alone, one domain and
-one trajectory at a time; and the rewritten file holds the trajectories as read, verdicts added.
+one trajectory at a time; and the rewritten file holds the trajectories as read, verdicts added;
+the same files again when two verifier processes share the run.
 
 Honest gold replays (real sandbox) on two domains, and crafted breaks of them, one per kind.
 """
@@ -22,6 +23,7 @@ from tasks.rollouts.conversation import trajectory_id
 from tasks.rollouts.gold import gold_trajectory
 from tasks.scenarios.build import build_scenarios
 from tasks.verify.replay import Replayer
+from tasks.verify.shards import Shards
 from tasks.verify.verify import verify_run, verify_trajectories
 from tests.conftest import load_shop_builder
 from tests.tasks.verify.test_verify import record
@@ -175,3 +177,31 @@ def test_a_verdict_put_into_the_line_gives_the_object_a_full_rewrite_gives(run: 
             out = _with_verdict(t, line)
             assert out.endswith(b"}\n") and out.count(b"\n") == 1
             assert json.loads(out) == {**json.loads(line), "verdict": v.model_dump()}
+
+
+def test_shards_write_what_one_process_writes(ws: Workspace, run: list[Trajectory]) -> None:
+    """Two verifier processes (tasks.verify.shards), each with its own sandbox workers, give the
+    same verdicts, reason codes, verified.jsonl, embedded trajectories and report as one process,
+    crafted breaks, an unknown scenario, an unknown domain and an unreadable line included; and
+    again on a second run with their workers already open."""
+    odd = [run[0].model_copy(update={"id": "no-scenario", "scenario_id": "nope"}),
+           run[1].model_copy(update={"id": "no-domain", "domain": "nowhere"})]
+    lines = [t.model_dump_json() for t in run[::2] + odd + run[1::2]]
+    lines.insert(5, '{"id": "torn", "domain": "shop2"')
+    text = "\n".join(lines) + "\n"
+    got = {}
+    with Shards(ws, 2) as shards:
+        for name, use in (("one", None), ("sharded", shards), ("again", shards)):
+            d = ws.rollout_dir(f"sh-{name}")
+            d.mkdir(parents=True)
+            (d / TRAJECTORIES).write_text(text)
+            rep = verify_run(ws, f"sh-{name}", shards=use)
+            rep.pop("seconds"), rep["replay"].pop("seconds"), rep.pop("run_id")
+            rep["unreadable_examples"] = [x.replace(f"sh-{name}", "sh-?") for x in rep["unreadable_examples"]]
+            got[name] = (rep, (d / "verified.jsonl").read_bytes(), (d / TRAJECTORIES).read_bytes())
+        parts = shards.verify(ws.rollout_dir("sh-one") / TRAJECTORIES)
+    assert got["sharded"] == got["one"] and got["again"] == got["one"]
+    assert all(p.lines for p in parts)  # both processes had lines (shop and shop2 hash apart)
+    rep = got["one"][0]
+    assert rep["unreadable"] == 1 and rep["reasons"]["unknown_scenario"] == 2 and rep["passed"] >= 12
+    assert rep["trajectories"] == len(run) + 2

@@ -18,13 +18,13 @@ import pytest
 from agentscaler.artifacts import TRAJECTORIES, load_scenarios
 from agentscaler.models import Scenario, Trajectory
 from agentscaler.workspace import Workspace
-from envs.episode import Environment
+from envs.episode import Checked, Environment
 from envs.spec import DomainSpec
 from tasks.rollouts.conversation import trajectory_id
 from tasks.rollouts.gold import gold_trajectory
 from tasks.scenarios.build import build_scenarios
 from tasks.verify.replay import Replayer
-from tasks.verify.verify import DomainTools, calls_match, check_dialogue, verify_run, verify_trajectories
+from tasks.verify.verify import DomainTools, call_key, calls_match, check_dialogue, verify_run, verify_trajectories
 from tests.conftest import load_shop_builder
 
 
@@ -215,6 +215,32 @@ def test_malformed_tool_schema_makes_its_calls_invalid_never_an_exception(ws: Wo
     s = _pick(ws, read_only=False)
     t = record(env, s, [("get_user", {"user_id": "u1"})] + [(c.name, c.arguments) for c in s.gold_calls])
     assert check_dialogue(t, s, DomainTools(broken)).reasons == {"invalid_arguments"}
+
+
+def test_non_finite_arguments_are_invalid_on_a_flat_schema(ws: Workspace, env: Environment, rp: Replayer) -> None:
+    """The static check runs value_problem first, as the episode does: the flat check alone passed a
+    NaN for a number (and the valid calls go to the replay unchecked, so it must not)."""
+    spec = DomainSpec.load(ws.domain_dir("shop"))
+    flat = spec.model_copy(update={"tools": [t.model_copy(update={"parameters": {"type": "object", "properties": {
+        "user_id": {"type": "number"}}}}) if t.name == "get_user" else t for t in spec.tools]})
+    s = _pick(ws, read_only=False)
+    t = record(env, s, [("get_user", {"user_id": 1.5})] + [(c.name, c.arguments) for c in s.gold_calls])
+    assert "invalid_arguments" not in check_dialogue(t, s, DomainTools(flat)).reasons
+    call = next(m for m in t.messages if m.get("tool_calls"))["tool_calls"][0]["function"]
+    for bad in ('{"user_id": NaN}', '{"user_id": Infinity}'):
+        call["arguments"] = bad
+        d = check_dialogue(t, s, DomainTools(flat))
+        assert "invalid_arguments" in d.reasons and not isinstance(d.calls[0], Checked)
+    assert call_key("a", {"x": float("nan")}) != call_key("a", {"x": None})
+    assert call_key("a", {"x": 1.0, "y": [2.0]}) == call_key("a", {"y": [2], "x": 1})
+
+
+def test_checked_calls_replay_as_plain_ones(env: Environment) -> None:
+    """envs.episode.Checked skips the argument check only for a tool of the domain."""
+    plain = [("get_user", {"user_id": "u1"}), ("nope", {})]
+    checked = [Checked(c) for c in plain]
+    (a, _), (b, _) = env.replay([plain, checked])
+    assert [r.text() for r in a] == [r.text() for r in b] and b[1].text().startswith("Error: unknown tool")
 
 
 def test_repetition(ws: Workspace, env: Environment, rp: Replayer) -> None:

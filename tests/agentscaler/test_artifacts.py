@@ -1,0 +1,59 @@
+"""read_trajectory_rows(share_tools=True): a line whose tools list is one read before gets that
+list without parsing it, and every line reads exactly as a full parse reads it, crafted lines
+(a nested "tools" with the same bytes, a repeated key, torn or broken JSON around the cut) included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentscaler.artifacts import read_trajectory_rows
+from agentscaler.models import Trajectory
+
+TOOLS = [{"type": "function", "function": {"name": "get_user", "parameters": {
+    "type": "object", "properties": {"user_id": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "set_x", "parameters": {"type": "object"}}}]
+
+
+def _line(k: int, tools: list | None = None, domain: str = "d1") -> str:
+    return Trajectory(id=f"t{k}", run_id="r", scenario_id=f"s{k}", domain=domain, trial=k,
+                      messages=[{"role": "user", "content": f"hi {k}"}], tools=TOOLS if tools is None else tools,
+                      final_hash="h", end_reason="user_stop").model_dump_json()
+
+
+def _read(path: Path, share: bool) -> list[tuple]:
+    return [(reason, detail.split(" [")[0], traj.model_dump() if traj else None, raw)
+            for _, traj, reason, detail, raw in read_trajectory_rows(path, share_tools=share)]
+
+
+def test_shared_tools_read_as_a_full_parse_reads(tmp_path: Path) -> None:
+    first = _line(0)
+    cut = first.index(',"tools":')
+    tb = first[cut + 9:first.index('],"final_hash":') + 1]
+    nested = ('{"id":"n","run_id":"r","scenario_id":"s","domain":"d1","messages":[{"role":"user","content":"x",'
+              f'"tools":{tb},"final_hash":"inner"}}],"final_hash":"outer","end_reason":"user_stop"}}')
+    lines = [
+        first,
+        _line(1),  # the same list: shared
+        _line(2, tools=[]),
+        _line(3, domain="d2"),
+        nested,  # the same bytes inside a message: the cut is not at the top level
+        first.replace('"final_hash":"h"', '"final_hash":"h","tools":[]'),  # a second "tools": the last wins
+        first.replace('"final_hash":"h"', '"id":"again"'),  # a key on both sides of the cut
+        first[:-30],  # torn after the tools
+        '{"id":' + first[first.index(',"tools":'):],  # broken before the tools
+        '{"tools":' + tb + ',' + first[1:cut] + first[cut + 9 + len(tb):],  # the tools are the first member
+        first[:first.index(',"final_hash":')] + "}",  # the tools are the last member
+        first.replace('"role":"user"', '"role":"user","x":123456789012345678901234567890'),  # orjson refuses it
+    ]
+    path = tmp_path / "trajectories.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    full, shared = _read(path, False), _read(path, True)
+    assert shared == full
+    assert [r[0] for r in full] == [None, None, None, None, None, None, None, "malformed_json", "malformed_json",
+                                    None, None, None]
+    assert full[5][2]["tools"] == [] and full[6][2]["id"] == "again" and full[4][2]["final_hash"] == "outer"
+    trajs = [t for _, t, *_ in read_trajectory_rows(path, share_tools=True)]
+    assert trajs[1].tools is trajs[3].tools  # parsed once, shared
+    assert trajs[0].tools == TOOLS and trajs[2].tools == []
+    plain = [t for _, t, *_ in read_trajectory_rows(path)]
+    assert plain[1].tools is not plain[3].tools  # by default every trajectory has its own
