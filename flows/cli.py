@@ -51,6 +51,7 @@ from tasks.serve.export import DomainNotFound, domain_folder, export_env
 from tasks.sft.export import UnscreenedError, export_sft
 from tasks.sft.train import TrainingFailed, train_stage
 from tasks.verify.imports import import_run
+from tasks.verify.shards import Shards
 from tasks.verify.verify import verify_run
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="AgentScaler data factory.")
@@ -629,6 +630,7 @@ def rollout_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-co
 @app.command("verify")
 def verify_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run; with --import: import-<file hash>)."),
                import_file: Optional[Path] = typer.Option(None, "--import", help="Verify OpenAI-format trajectories from this JSONL file against the workspace's scenarios (row format: tasks/verify/imports.py)."),
+               processes: int = typer.Option(1, "--processes", min=1, help="Verifier processes, each with the sandbox workers of its share of the domains (the same files as one process). 2 on 2 cores pays off on large runs: opening the workers costs the same either way."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Verdicts for a run's trajectories: every call replayed in the sandbox; funnel, reason codes, attribution, pass^k (rollouts/<run>/verify.json)."""
@@ -639,7 +641,11 @@ def verify_cmd(run: Optional[str] = typer.Option(None, "--run", help="Run id (de
         if import_file is not None:
             imported = import_run(ws, import_file, run)
             run = imported["run_id"]
-        rep = verify_run(ws, run)
+        if processes > 1:
+            with Shards(ws, processes) as shards:
+                rep = verify_run(ws, run, shards=shards)
+        else:
+            rep = verify_run(ws, run)
     except (FileNotFoundError, FileExistsError) as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(1)

@@ -117,6 +117,13 @@ def test_cli_verify_import(ws: Workspace, golds: list[Trajectory], tmp_path: Pat
     assert out["trajectories"] == 3 and out["passed"] == 3 and out["run_id"].startswith("import-")
     assert out["import"]["matched"] == 3 and out["import"]["rejected"]["no_messages"] == 1
     assert out["replay"]["trajectories"] == 3
+    verified = (ws.rollout_dir(out["run_id"]) / "verified.jsonl").read_bytes()
+    res = CliRunner().invoke(app, ["-w", str(ws.root), "verify", "--run", out["run_id"], "--processes", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    two = json.loads(res.stdout)  # two verifier processes: the same verdicts and files
+    assert {k: two[k] for k in ("trajectories", "passed", "reasons")} == {k: out[k] for k in ("trajectories", "passed",
+                                                                                             "reasons")}
+    assert (ws.rollout_dir(out["run_id"]) / "verified.jsonl").read_bytes() == verified
     res = CliRunner().invoke(app, ["-w", str(ws.root), "verify", "--import", str(tmp_path / "missing.jsonl")])
     assert res.exit_code == 1
 
