@@ -69,8 +69,10 @@ def start_worker(home: Path, url: str, pool: str, name: str, cwd: Path, limit: i
     extra = (["--limit", str(limit)] if limit else []) + (["--work-queue", queue] if queue else [])
     return subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", pool, "--name", name, "--type", "process",
                              *extra],
-                            env=server_env(home, url), stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
-                            start_new_session=True)
+                            # a poll a second (Prefect's default is 10 s): a batch that ends within a poll gap
+                            # would let one worker take every batch of a test that expects them spread
+                            env=server_env(home, url) | {"PREFECT_WORKER_QUERY_SECONDS": "1"}, stdout=log,
+                            stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
 
 
 def stop(*procs: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
