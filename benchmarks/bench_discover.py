@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from results_io import Anchor, Figure, Recorder, p99  # noqa: E402
+from results_io import Anchor, Figure, Recorder, export_tree, p99, short_sha  # noqa: E402
 
 VERBS = ["get", "list", "create", "update", "delete", "search", "cancel", "book", "check", "set"]
 
@@ -190,13 +190,6 @@ def bench(n: int, emb: str, repeats: int, before: Path | None = None) -> dict:
             **({"before_cold_s": round(med(old_cold), 2), "before_skip_s": round(med(old_skip), 2)} if old_cold else {})}
 
 
-def export_tree(ref: str, into: Path) -> Path:
-    """The files of git `ref` of this repository under `into` (the --before arm's code)."""
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=data, check=True)
-    return into
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default=None, help="default 1000,3000,10000,30000 (--quick: 1000,3000)")
@@ -209,10 +202,7 @@ def main() -> None:
     args = ap.parse_args()
     before_dir = tempfile.TemporaryDirectory() if args.before else None
     before = export_tree(args.before, Path(before_dir.name)) if before_dir else None
-    before_label = None
-    if args.before:
-        before_label = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.before], capture_output=True,
-                                      text=True, check=True).stdout.strip()
+    before_label = short_sha(args.before) if args.before else None
     sizes = args.sizes or ("1000,3000" if args.quick else "1000,3000,10000,30000")
     minilm_n = args.minilm_n if args.minilm_n is not None else (0 if args.quick else 1000)
     repeats = args.repeats or (3 if args.quick else 1)

@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from bench_discover import export_tree, synthetic_tools  # noqa: E402
-from results_io import Anchor, Figure, Recorder  # noqa: E402
+from bench_discover import synthetic_tools  # noqa: E402
+from results_io import Anchor, Figure, Recorder, export_tree, short_sha  # noqa: E402
 
 STAGES = ("ingest", "discover", "discover_warm", "build")
 
@@ -260,10 +260,8 @@ def main() -> None:
     sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else ([1000, 3000] if a.quick else [1000, 3000, 10000, 30000])
     before = label = None
     if a.before:
-        (work / "before-code").mkdir(exist_ok=True)
         before = export_tree(a.before, work / "before-code")
-        label = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", a.before], capture_output=True,
-                               text=True, check=True).stdout.strip()
+        label = short_sha(a.before)
     try:
         scale(sizes, a.per_domain, work, a.quick, before, label)
     finally:

@@ -55,6 +55,7 @@ from envs.episode import Environment  # noqa: E402
 from envs.spec import DomainSpec  # noqa: E402
 from tasks.verify.replay import Replayer  # noqa: E402
 from tasks.verify.verify import DomainTools, check_dialogue, verify_run  # noqa: E402
+from results_io import export_tree, short_sha  # noqa: E402
 
 GOLD_RUN = "gold-replay"
 QUICK_DOMAINS = 40
@@ -300,12 +301,8 @@ def measure_before(ref: str, ws: Workspace, repeats: int, fresh_sample: int, tmp
     """measure() with git REF's code, exported to tmp/before."""
     code = tmp / "before"
     if not code.exists():
-        code.mkdir()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
-    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    return {"ref": ref, "sha": sha, **measure_in(code, ws, repeats, fresh_sample)}
+        export_tree(ref, code)
+    return {"ref": ref, "sha": short_sha(ref), **measure_in(code, ws, repeats, fresh_sample)}
 
 
 def shop_copies(ws: Workspace, n: int) -> list[Trajectory]:

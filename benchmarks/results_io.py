@@ -85,6 +85,21 @@ def commit() -> str:
         return "unknown"
 
 
+def short_sha(ref: str) -> str:
+    """git `ref` of this repository as its short hash (a --before arm's label)."""
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def export_tree(ref: str, into: Path) -> Path:
+    """The files of git `ref` of this repository under `into`: a --before arm's code, run side by
+    side with this tree's on the same workload."""
+    into.mkdir(parents=True, exist_ok=True)
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=data, check=True)
+    return into
+
+
 def machine() -> dict[str, object]:
     return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
 
