@@ -419,11 +419,13 @@ class Environment:
                     results[i] = self.call(n, a)
         return results  # type: ignore[return-value]
 
-    def replay(self, episodes: list[list[Any]], fresh: bool = False,
-               max_bytes: int = 64 << 20) -> Iterator[tuple[list[ToolResult], bytes | None]]:
+    def replay(self, episodes: list[list[Any]], fresh: bool = False, max_bytes: int = 64 << 20,
+               images: bool = False) -> Iterator[tuple[list[ToolResult], bytes | None]]:
         """Each episode's calls (as for call_batch) from the seed: [(results, image)], the image
         None when the episode committed no write (reads and failed calls are rolled back, so it
-        ended at the seed). Results are call()'s, text for text.
+        ended at the seed). Results are call()'s, text for text. images=True: every episode's image,
+        also of those that committed nothing (a caller that re-measures that reads left the seed:
+        the scenario stage's determinism replay).
 
         Verification's replay. By default many episodes share one sandbox child and one round trip
         (up to 256, or max_bytes of images), each starting from the seed with tools.py run afresh,
@@ -437,20 +439,20 @@ class Environment:
         per = max(1, min(256, max_bytes // max(len(self._seed_bytes()), 1)))
         for lo in range(0, len(episodes), per):
             chunk = [[self._prepared(c) for c in calls] for calls in episodes[lo:lo + per]]
-            got = None if fresh else self._replay_shared(chunk)
+            got = None if fresh else self._replay_shared(chunk, images)
             if got is None:
-                got = [self._replay_fresh(ep) for ep in chunk]
+                got = [self._replay_fresh(ep, images) for ep in chunk]
                 self._failed = "the environment replayed other episodes since the last reset"
             yield from got
 
-    def _replay_shared(self, episodes: list[list[tuple[str, Any] | ToolResult]]
+    def _replay_shared(self, episodes: list[list[tuple[str, Any] | ToolResult]], images: bool = False
                        ) -> list[tuple[list[ToolResult], bytes | None]] | None:
         """One round trip for many episodes in the current child; None if the child did not survive it."""
         sends = [[[c[0], c[1], self._kinds[c[0]]] for c in ep if not isinstance(c, ToolResult)] for ep in episodes]
         n_calls = sum(len(s) for s in sends)
         self._image = None
         try:
-            reply, payload = self.worker.request({"op": "episodes", "episodes": sends},
+            reply, payload = self.worker.request({"op": "episodes", "episodes": sends, "images": images},
                                                  timeout=self.worker.time_limit * n_calls + STATE_TIMEOUT)
             eps = reply.get("episodes")
             if not isinstance(eps, list) or len(eps) != len(episodes):
@@ -483,14 +485,15 @@ class Environment:
             self._fresh()
             return None
 
-    def _replay_fresh(self, episode: list[tuple[str, Any] | ToolResult]) -> tuple[list[ToolResult], bytes | None]:
+    def _replay_fresh(self, episode: list[tuple[str, Any] | ToolResult],
+                      images: bool = False) -> tuple[list[ToolResult], bytes | None]:
         """One episode in a fresh child, call by call as a rollout runs it (the text of each result
         is the worker's own, not re-encoded)."""
         self.reset()
         results = [c if isinstance(c, ToolResult) else self.call(*c) for c in episode]
         wrote = any(r.ok and self._kinds[c[0]] == "write" for c, r in zip(episode, results)
                     if not isinstance(c, ToolResult))
-        return results, (self.snapshot() if wrote else None)
+        return results, (self.snapshot() if wrote or images else None)
 
     # state --------------------------------------------------------------------------------------
     def _fresh(self) -> None:

@@ -449,13 +449,14 @@ class Worker:
             return {"ok": False, "error": err}, b""
         return {"ok": True, "content": out}, text
 
-    def run_episodes(self, episodes: list[list[list[Any]]]) -> tuple[dict[str, Any], bytes]:
+    def run_episodes(self, episodes: list[list[list[Any]]], images: bool = False) -> tuple[dict[str, Any], bytes]:
         """Many episodes in this child, one after another, each from the seed and with tools.py run
         afresh (its module globals do not carry over) — verification's replay, without a fork per
         episode. The texts of successful calls and the database image of each episode that
         committed a write go in the payload; the reply gives their lengths: per call [true, n] or
         [false, error], per episode the image's length or -1 when nothing was committed (reads and
-        failed calls are rolled back: the episode ended at the seed)."""
+        failed calls are rolled back: the episode ended at the seed). `images`: every episode's
+        image, also of those that committed nothing (for a caller that re-measures that they did not)."""
         # tools.py runs afresh before the first episode too: tool code may have run in this child
         # before the round trip (calls, an earlier round trip), changing its module globals
         conn, parts, out, dirty, ran = self.conn, [], [], True, True
@@ -476,9 +477,9 @@ class Worker:
                     dirty = dirty or kind == "write"
                 else:
                     results.append([False, res["error"]])
-            image = bytes(conn.serialize()) if dirty else b""
+            image = bytes(conn.serialize()) if dirty or images else b""
             parts.append(image)
-            out.append([results, len(image) if dirty else -1])
+            out.append([results, len(image) if dirty or images else -1])
         return {"ok": True, "episodes": out}, b"".join(parts)
 
     def _encode(self, name: str, out: Any) -> tuple[str | None, bytes]:
@@ -597,7 +598,7 @@ class Worker:
         if op == "batch":
             return {"ok": True, "results": [self.run_tool(n, a, k)[0] for n, a, k in req["calls"]]}, b""
         if op == "episodes":
-            return self.run_episodes(req["episodes"])
+            return self.run_episodes(req["episodes"], bool(req.get("images")))
         if op == "many":
             return self.run_many(req["calls"])
         if op == "reset":

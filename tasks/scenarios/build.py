@@ -39,7 +39,7 @@ from envs.spec import DomainSpec
 from envs.state import HASH_VERSION
 from tasks.scenarios.arguments import StateView
 from tasks.scenarios.config import ScenarioParams
-from tasks.scenarios.execute import Dropped, GoldEpisode, calls_key, execute_walk, replay, scenario_id
+from tasks.scenarios.execute import Dropped, GoldEpisode, calls_key, execute_walk, replay, replay_many, scenario_id
 from tasks.scenarios.intents import IntentWriter, configured_writer, write_intent
 from tasks.scenarios.quality import scenario_quality
 from tasks.scenarios.walks import adjacency, dataflow, plan_walk
@@ -114,53 +114,92 @@ def generate(env: Any, spec: DomainSpec, domain_dir: Path, domain_id: str, param
     counters: Counter = Counter()
     attempts = 0
     n_reads = 0
-    while len(kept) < params.per_domain and attempts < params.per_domain * params.attempts_factor:
-        attempts += 1
-        n_writes = len(kept) - n_reads
-        if n_reads >= want_reads:
-            want_write = True
-        elif n_writes >= params.per_domain - want_reads:
-            want_write = False
-        else:
-            want_write = rng.random() >= params.read_share
-        target = 1 if not multi or rng.random() < params.single_share else rng.choices(multi, weights=weights)[0]
-        names = plan_walk(spec, adj, rng, target, want_write, flow=flow)
-        if not names:
-            dropped["empty_walk"] += 1
-            continue
-        try:
-            calls, final_hash, c = execute_walk(ep, spec, names, state, rng, params, seed_hash, seen_calls)
-            read_only = all(x["kind"] == "read" for x in calls)
-            if not read_only and final_hash == seed_hash:
-                raise Dropped("noop_write", "final state equals the seed")
-            # same calls => same final state (deterministic tools), so the calls alone name a duplicate
-            sid = scenario_id(domain_id, calls, final_hash)
-            if sid in seen:
-                raise Dropped("duplicate")
-            if params.verify_replay:
-                h2, outs2 = replay(ep, calls)
-                if read_only and h2 != seed_hash:
-                    raise Dropped("read_changed_state")
-                if h2 != final_hash or json.dumps(outs2, sort_keys=True, default=str) != \
-                        json.dumps([x["output"] for x in calls], sort_keys=True, default=str):
-                    raise Dropped("nondeterministic", "replay reached another state or output")
-            elif env.state_hash() != final_hash:
-                raise Dropped("read_changed_state" if read_only else "nondeterministic")
-            diff = [] if read_only else env.diff()
-            intent, facts, missing = write_intent(spec, calls, intent_writer)
-            if missing:
-                raise Dropped("intent_missing_fact", ", ".join(missing))
-        except Dropped as d:
-            dropped[d.reason] += 1
-            continue
-        seen.add(sid)
-        seen_calls.add(calls_key(calls))
+    # With verify_replay, walks that pass wait here (counted as kept while the walk goes on) until
+    # enough are found; then all are replayed in one round trip (execute.replay_many) and those
+    # that fail are dropped and replaced by further walks. Without a drop, the walks, the random
+    # draws and so the scenarios are those of replaying each walk as soon as it is found.
+    pending: list[tuple[str, list[dict[str, Any]], str, bool, Counter]] = []
+    batched = params.verify_replay and callable(getattr(env, "replay", None))
+
+    def drop(reason: str, sid: str, calls: list[dict[str, Any]], read_only: bool) -> None:
+        nonlocal n_reads
+        dropped[reason] += 1
+        seen.discard(sid)
+        seen_calls.discard(calls_key(calls))
+        n_reads -= read_only
+
+    def keep(sid: str, calls: list[dict[str, Any]], final_hash: str, read_only: bool, c: Counter,
+             diff: list[dict[str, Any]]) -> None:
+        intent, facts, missing = write_intent(spec, calls, intent_writer)
+        if missing:
+            raise Dropped("intent_missing_fact", ", ".join(missing))
         counters.update(c)
-        n_reads += read_only
         kept.append(Scenario(
             id=sid, domain=domain_id, read_only=read_only, intent=intent, user_facts=facts,
             gold_calls=[GoldCall(name=x["name"], arguments=x["arguments"], output=x["output"], kind=x["kind"]) for x in calls],
             gold_hash=final_hash, seed_hash=seed_hash, gold_diff=list(diff or []), split=split, seed=params.seed))
+
+    while True:
+        while len(kept) + len(pending) < params.per_domain and attempts < params.per_domain * params.attempts_factor:
+            attempts += 1
+            n_writes = len(kept) + len(pending) - n_reads
+            if n_reads >= want_reads:
+                want_write = True
+            elif n_writes >= params.per_domain - want_reads:
+                want_write = False
+            else:
+                want_write = rng.random() >= params.read_share
+            target = 1 if not multi or rng.random() < params.single_share else rng.choices(multi, weights=weights)[0]
+            names = plan_walk(spec, adj, rng, target, want_write, flow=flow)
+            if not names:
+                dropped["empty_walk"] += 1
+                continue
+            try:
+                calls, final_hash, c = execute_walk(ep, spec, names, state, rng, params, seed_hash, seen_calls)
+                read_only = all(x["kind"] == "read" for x in calls)
+                if not read_only and final_hash == seed_hash:
+                    raise Dropped("noop_write", "final state equals the seed")
+                # same calls => same final state (deterministic tools), so the calls alone name a duplicate
+                sid = scenario_id(domain_id, calls, final_hash)
+                if sid in seen:
+                    raise Dropped("duplicate")
+                if batched:
+                    pending.append((sid, calls, final_hash, read_only, c))
+                    seen.add(sid)
+                    seen_calls.add(calls_key(calls))
+                    n_reads += read_only
+                    continue
+                if params.verify_replay:
+                    h2, outs2 = replay(ep, calls)
+                    if read_only and h2 != seed_hash:
+                        raise Dropped("read_changed_state")
+                    if h2 != final_hash or not _same_outputs(outs2, calls):
+                        raise Dropped("nondeterministic", "replay reached another state or output")
+                elif env.state_hash() != final_hash:
+                    raise Dropped("read_changed_state" if read_only else "nondeterministic")
+                keep(sid, calls, final_hash, read_only, c, [] if read_only else env.diff())
+            except Dropped as d:
+                dropped[d.reason] += 1
+                continue
+            seen.add(sid)
+            seen_calls.add(calls_key(calls))
+            n_reads += read_only
+        if not pending:
+            break
+        oracle = env.state_oracle()
+        for (sid, calls, final_hash, read_only, c), got in zip(pending, replay_many(ep, [p[1] for p in pending])):
+            try:
+                if isinstance(got, Dropped):
+                    raise got
+                h2, outs2, image = got
+                if read_only and h2 != seed_hash:
+                    raise Dropped("read_changed_state")
+                if h2 != final_hash or not _same_outputs(outs2, calls):
+                    raise Dropped("nondeterministic", "replay reached another state or output")
+                keep(sid, calls, final_hash, read_only, c, [] if read_only else oracle.diff(image, None))
+            except Dropped as d:
+                drop(d.reason, sid, calls, read_only)
+        pending = []
     report = {
         "domain": domain_id, "split": split, "kept": len(kept), "attempts": attempts,
         "dropped": dict(sorted(dropped.items())), "counters": dict(sorted(counters.items())),
@@ -169,6 +208,11 @@ def generate(env: Any, spec: DomainSpec, domain_dir: Path, domain_id: str, param
         "quality": scenario_quality(kept),
     }
     return kept, report
+
+
+def _same_outputs(outputs: list[Any], calls: list[dict[str, Any]]) -> bool:
+    return json.dumps(outputs, sort_keys=True, default=str) == \
+        json.dumps([x["output"] for x in calls], sort_keys=True, default=str)
 
 
 def build_scenarios(ws_or_domain_dir: Workspace | Path | str, domain_id: str, per_domain: int = 20,

@@ -148,6 +148,29 @@ def replay(env: Any, calls: list[dict[str, Any]]) -> tuple[str, list[Any]]:
     return env.state_hash(), outs
 
 
+def replay_many(env: Any, walks: list[list[dict[str, Any]]]) -> list[tuple[str, list[Any], bytes] | Dropped]:
+    """`replay` of many walks' gold calls in one round trip (Environment.replay: one sandbox child,
+    each walk from the seed with tools.py run afresh, as the verifier replays trajectories), in a
+    child that ran none of the walks: per walk (final hash, outputs, final image) or Dropped when a
+    call failed. Needs an Environment (its replay); the determinism check of every kept scenario
+    then costs one fork and one round trip per domain instead of one of each per scenario."""
+    ep = _episode(env)
+    env = ep.env
+    ep.dirty = True  # the walks' child: start the replays in a fresh one
+    ep.fresh()
+    ep.dirty = True  # Environment.replay ends the episode: the next walk resets
+    oracle = env.state_oracle()
+    out: list[tuple[str, list[Any], bytes] | Dropped] = []
+    for calls, (results, image) in zip(walks, env.replay([[(c["name"], c["arguments"]) for c in calls] for calls in walks],
+                                                         images=True)):
+        bad = next(((c, r) for c, r in zip(calls, results) if not r.ok), None)
+        if bad is not None:
+            out.append(Dropped("nondeterministic", f"{bad[0]['name']} failed on replay: {bad[1].error}"))
+            continue
+        out.append((oracle.hash(image), [r.content for r in results], image))
+    return out
+
+
 def calls_key(calls: list[dict[str, Any]]) -> str:
     return content_hash([[c["name"], c["arguments"]] for c in calls])
 
