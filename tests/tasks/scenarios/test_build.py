@@ -243,6 +243,39 @@ def test_noop_writes_dropped(tmp_path: Path) -> None:
         assert r["gold_calls"][0]["arguments"]["user_id"] in {"u2", "u3"} and r["gold_hash"] != r["seed_hash"]
 
 
+CLOCKED = """
+
+import datetime as _clock
+
+_get_user, _update_email = get_user, update_email
+
+
+def get_user(db, user_id: str) -> dict:  # its output differs on every call: the wall clock
+    return {**_get_user(db, user_id), "seen_at": _clock.datetime.now().isoformat()}
+
+
+def update_email(db, user_id: str, email: str) -> dict:  # the state it leaves differs on every call
+    return _update_email(db, user_id, f"{_clock.datetime.now().microsecond}.{email}")
+"""
+
+
+def test_nondeterministic_tools_dropped_by_the_batched_replay(tmp_path: Path) -> None:
+    """The determinism replay of a domain's walks goes in one round trip at the end (replay_many):
+    a read whose output and a write whose final state differ on a second run are still caught
+    and dropped, and further walks of the deterministic tool take their places."""
+    d = _variant(tmp_path / "clocked", ["get_user", "update_email", "list_user_orders"])
+    (d / "tools.py").write_text((d / "tools.py").read_text() + CLOCKED)
+    with _closing(_open(d)) as e:
+        report = build_scenarios(d, "clocked", per_domain=4, max_length=1, seed=0, env=e, read_share=0.5)
+    kept = read_jsonl(d / "scenarios.jsonl")
+    # two reads wanted and found (list_user_orders of two users); every write walk was update_email
+    # and none survived its replay; get_user's reads were dropped the same way
+    assert report["kept"] == len(kept) == 2
+    assert {c["name"] for r in kept for c in r["gold_calls"]} == {"list_user_orders"}
+    assert report["dropped"]["nondeterministic"] >= 3
+    assert set(report["dropped"]) <= {"nondeterministic", "duplicate"}
+
+
 def test_skip_rebuild_and_catalog(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws")
     build_shop(ws.domain_dir("shop"))
