@@ -295,6 +295,42 @@ class Environment:
             return ToolResult(True, None, None, raw=payload)
         return ToolResult(False, None, str(reply.get("error") or "tool error"))
 
+    def call_from_seed(self, name: str, arguments: dict[str, Any] | str | None = None) -> tuple[ToolResult, bytes]:
+        """One call in an episode of its own from the seed, in one round trip: (call()'s result, the
+        database image after it). Runs in the current sandbox child with tools.py run afresh, as
+        replay() runs an episode, so no fresh child is forked per call (a child that crashes or hangs
+        is replaced, the call gets call()'s error, and the image is the seed's). The validation
+        suite's try. The environment's own episode is over: reset() before call()."""
+        if self.closed:
+            raise SandboxError("environment is closed")
+        n, a = self._check(name, arguments)
+        if n is None:
+            return a, self._seed_bytes()  # type: ignore[return-value]
+        self._failed = "the environment ran calls from the seed since the last reset"
+        self._image = None
+        try:
+            reply, payload = self.worker.request({"op": "episodes", "episodes": [[[n, a, self._kinds[n]]]],
+                                                  "images": True},
+                                                 timeout=self.worker.time_limit + self.worker.grace + 10.0)
+        except RequestTooLarge as exc:
+            return ToolResult(False, None, f"arguments of {n} are too large: {exc}"), self._seed_bytes()
+        except (TypeError, ValueError, RecursionError) as exc:
+            return ToolResult(False, None, f"arguments of {n} are not JSON-serializable: {exc}"), self._seed_bytes()
+        except WorkerCrashed as exc:  # the worker holds a fresh child: nothing of the call remains
+            return ToolResult(False, None, f"tool {n} {exc}; the sandbox was restarted"), self._seed_bytes()
+        try:
+            (((ok, val),), size), = reply["episodes"]
+            if ok is True and isinstance(val, int) and len(payload) == val + size:
+                return ToolResult(True, None, None, raw=payload[:val]), payload[val:]
+            if ok is not True and len(payload) == size:
+                return ToolResult(False, None, str(val or "tool error")), payload
+        except (KeyError, TypeError, ValueError, AttributeError):  # not an episodes reply
+            pass
+        self.worker.restarts += 1
+        self._fresh()
+        return ToolResult(False, None, f"tool {n} broke the worker protocol; the sandbox was restarted"), \
+            self._seed_bytes()
+
     @staticmethod
     def call_many(calls: list[tuple["Environment", str, dict[str, Any] | str | None]]) -> list[ToolResult]:
         """A vectorized step: (environment, tool, arguments) of many episodes -> their results, in

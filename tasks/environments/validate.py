@@ -172,16 +172,15 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
     try:
         env.reset()
         seed_hash = env.state_hash()
-        dirty = False
-        # arguments come from the seed database (the calls here are unrelated, not a walk: nothing to chain)
+        oracle = env.state_oracle()
+        # arguments come from the seed database (the calls here are unrelated, not a walk: nothing to
+        # chain); each call runs from the seed with the image after it in one round trip
+        # (Environment.call_from_seed: tools.py afresh per call, no fresh sandbox child per write)
         for t in sorted(spec.tools, key=lambda t: (t.kind != "read", t.name)):
             r = per[t.name]
             if r["reason"] in ("missing_function", "signature"):
                 continue
             for i in range(tries):
-                if dirty:
-                    env.reset()
-                    dirty = False
                 args, _ = ground_arguments(t, state, [], rng, optional_prob=0.5 if i % 2 == 0 else 0.9,
                                            fresh_key=t.kind == "write" and i % 2 == 1 and creates.get(t.name, True)
                                            or None)
@@ -189,11 +188,9 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                     r["errors"].append(f"sampled arguments invalid: {json.dumps(args, default=str)[:200]}")
                     r["reason"] = "invalid_arguments"
                     continue
-                res = env.call(t.name, args)
+                res, image = env.call_from_seed(t.name, args)
                 r["calls"] += 1
-                after = env.state_hash()
-                changed = after != seed_hash
-                dirty = changed
+                changed = oracle.hash(image) != seed_hash
                 if res.ok:
                     r["runs"] = True
                     if t.kind == "write" or not is_empty(res.content):

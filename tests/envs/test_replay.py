@@ -79,3 +79,34 @@ def test_module_globals_start_afresh_in_each_episode_patched_modules_do_not(tmp_
         shared = [(res[0].content["mine"], res[0].content["patched"]) for res, _ in e.replay(eps)]
         fresh = [(res[0].content["mine"], res[0].content["patched"]) for res, _ in e.replay(eps, fresh=True)]
     assert shared == [(1, 1), (1, 2), (1, 3)] and fresh == [(1, 1)] * 3
+
+
+def test_call_from_seed_starts_every_call_at_the_seed_and_answers_as_call_does(tmp_path):
+    """The validation suite's try (Environment.call_from_seed): one call from the seed with the
+    image after it, in the current child; a write's change does not reach the next call, errors
+    read as call()'s, a child that dies or hangs is replaced and the call gets an error."""
+    dest = build_shop(tmp_path / "shop")
+    (dest / "tools.py").write_text((dest / "tools.py").read_text() + "\n\n_get_user = get_user\n\n\n"
+                                   "def get_user(db, user_id):\n    if user_id == 'kill':\n"
+                                   "        import os\n        os._exit(3)\n    while user_id == 'hang':\n"
+                                   "        pass\n    return _get_user(db, user_id)\n")
+    with Environment.open(dest, unsafe=UNSAFE, time_limit=1.0) as e:
+        oracle = e.state_oracle()
+        seed = oracle.hash(oracle.seed)
+        res, image = e.call_from_seed("update_email", {"user_id": "u1", "email": "new@example.org"})
+        assert res.ok and res.content["email"] == "new@example.org" and oracle.hash(image) != seed
+        res, image = e.call_from_seed("get_user", {"user_id": "u1"})
+        assert res.ok and res.content["email"] != "new@example.org" and oracle.hash(image) == seed
+        for name, args in [("update_email", {"user_id": "u1", "email": "no-at-sign"}), ("nope", {}),
+                           ("get_user", {"user_id": 1}), ("get_user", {"user_id": "u9"})]:
+            e.reset()
+            want = e.call(name, args).text()
+            got, image = e.call_from_seed(name, args)
+            assert got.text() == want and oracle.hash(image) == seed
+        for bad in ("kill", "hang"):
+            got, image = e.call_from_seed("get_user", {"user_id": bad})
+            assert not got.ok and oracle.hash(image) == seed, got.error
+        assert "crashed" in e.call_from_seed("get_user", {"user_id": "kill"})[0].error
+        assert "reset" in e.call("get_user", {"user_id": "u1"}).error  # the environment's own episode is over
+        e.reset()
+        assert e.call("get_user", {"user_id": "u1"}).ok
