@@ -168,16 +168,19 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
                    ) -> tuple[dict[str, Any], list[Any]]:
     """Which write tools some read shows (module docstring). Returns (report, outputs of the
     successful writes, for id coherence). Each write gets up to `tries` grounded calls until one
-    changes the state; after it, up to `max_reads` reads (those about the changed tables first)
-    are called with arguments drawn from the changed rows. The same reads then run once more on
-    the seed, all writes' in one batch of one fresh episode (reads change nothing), and a read
-    whose answer differs shows the write.
+    changes the state (each try from the seed: Environment.call_from_seed); after it, up to
+    `max_reads` reads (those about the changed tables first) get arguments drawn from the changed
+    rows. Then one round trip (Environment.replay) runs each write again from the seed followed by
+    its reads, and all the reads once more on the seed in one episode (reads change nothing); a
+    read whose answer differs shows the write. A write that answers otherwise on its second run
+    has its reads run on the state its first run left (restored from its image).
 
     `examples` (first_writes of the domain's scenarios): valid arguments, tried after the grounded
     calls failed. An API with real checks (tau2's: a payment method the user owns, a delivered
     order, a reason from a list) rejects random grounded arguments, and a write never made says
     nothing about whether a read shows it; the read side is unchanged."""
     rng = random.Random(f"observe:{spec.id}:{seed}")
+    oracle = env.state_oracle()
     orng = random.Random(f"observe-observers:{spec.id}:{seed}")
     plans = (spec.report or {}).get("plans") or {}
     reads = [t for t in spec.tools if t.kind == "read" and t.origin == "corpus"]
@@ -191,14 +194,13 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
                              "observed_with_observers": False, "by_any": None}
         per[w.name] = r
         for given in [None] * tries + list((examples or {}).get(w.name, []))[:tries]:
-            env.reset()
             args = given if given is not None else ground_arguments(w, state, [], rng, optional_prob=0.6)[0]
-            res = env.call(w.name, args)
+            res, image = env.call_from_seed(w.name, args)  # from the seed, the image after it: one round trip
             if not res.ok:
                 r["why"] = f"write failed: {(res.error or '')[:120]}"
                 continue
             outputs.append(res.content)
-            diff = env.diff()
+            diff = oracle.diff(image, None)
             if not diff:
                 r["why"] = "the write changed nothing"
                 continue
@@ -226,11 +228,20 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
             calls += [(o.name, ground_arguments(o, after_state, [*rows, res.content], orng, optional_prob=0.2)[0])
                       for o in observers if _related(o, set(tables), plans)]
             if calls:
-                pending.append((w.name, calls, env.call_batch(calls), tables))
+                pending.append((w.name, calls, (w.name, args, res, image), tables))
             break
     if pending:
-        env.reset()
-        before = env.call_batch([c for _, calls, _, _ in pending for c in calls])
+        # One round trip: each write again from the seed followed by its reads (one episode each),
+        # then all the reads on the seed (one episode: reads change nothing)
+        got = list(env.replay([[write[:2], *calls] for _, calls, write, _ in pending]
+                              + [[c for _, calls, _, _ in pending for c in calls]]))
+        before = got[-1][0]
+        for k, ((name, calls, (_, args, res, image), tables), (results, _)) in enumerate(zip(pending, got)):
+            if results[0].text() == res.text():
+                pending[k] = (name, calls, results[1:], tables)
+            else:  # the write answered otherwise on its second run: its reads on the state it first left
+                env.restore(image)
+                pending[k] = (name, calls, env.call_batch(calls), tables)
         i = 0
         synth = {o.name for o in observers}
         for name, calls, after, _tables in pending:

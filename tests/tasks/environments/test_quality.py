@@ -4,7 +4,7 @@ writes measured with calls its checks accept."""
 from agentscaler.models import GoldCall
 from envs.episode import Environment
 from envs.sandbox import unsafe_from_env
-from envs.spec import ToolSpec
+from envs.spec import DomainSpec, ToolSpec
 from envs.tau2.build import build_tau2_domain
 from envs.tau2.calls import task_actions
 from tasks.environments.quality import first_writes, observe_writes, unobserved_why
@@ -50,3 +50,25 @@ def test_tau2_writes_are_measured_with_calls_its_checks_accept(tmp_path):
 
 def gold_booking(gold: list[list[GoldCall]]) -> dict:
     return next(c.arguments for calls in gold for c in calls if c.name == "book_reservation")
+
+
+def test_writes_seen_by_reads_through_the_batched_round_trip_also_one_answering_otherwise(tmp_path):
+    """observe_writes runs each write's reads by running the write again from the seed in one
+    round trip; a write whose second run answers otherwise (here: the wall clock in its output and
+    its state) has its reads run on the state its first run left, so it is still seen; a write no
+    read shows is still reported unseen."""
+    from tests.data.domains.shop.build import build_shop
+
+    d = build_shop(tmp_path / "shop")
+    (d / "tools.py").write_text((d / "tools.py").read_text() + (
+        "\n\nimport datetime as _clock\n_update_email = update_email\n\n\n"
+        "def update_email(db, user_id: str, email: str) -> dict:\n"
+        "    return _update_email(db, user_id, f'{_clock.datetime.now().microsecond}.{email}')\n"))
+    full = DomainSpec.load(d)
+    told = {}
+    with Environment.open(d, unsafe=unsafe_from_env()) as env:
+        for names in (("update_email", "get_user", "place_order"), ("update_email", "find_products")):
+            spec = full.model_copy(update={"tools": [t for t in full.tools if t.name in names]})
+            told[names[-1]], _ = observe_writes(env, spec, StateView(spec, d / spec.seed_path))
+    assert told["place_order"]["writes"] == told["place_order"]["writes_observed"] == 2, told  # get_user shows both
+    assert told["find_products"]["unobserved"].keys() == {"update_email"}, told  # no read of users here
