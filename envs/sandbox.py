@@ -5,7 +5,8 @@ child that misbehaves.
 Layers (reported as `WorkerProcess.isolation`, a dict of layer -> bool):
   uid         - the worker runs as uid 65534 in its own user namespace (bwrap --unshare-user)
   network     - no network: own network namespace (bwrap --unshare-net) and socket() denied
-  filesystem  - only the interpreter, the envs package and the domain's tools/spec/seed, read-only;
+  filesystem  - only the interpreter, the envs package (a copy with its bytecode: `worker_lib`) and
+                the domain's tools/spec/seed, read-only;
                 the one writable mount is a size-limited scratch tmpfs (also /tmp); /etc, /work,
                 /root... are not there (bwrap's mount namespace, or Landlock over private copies
                 where bwrap is unusable: then nothing is writable)
@@ -35,8 +36,11 @@ from __future__ import annotations
 
 import ctypes.util
 import fcntl
+import hashlib
+import importlib.util
 import json
 import os
+import py_compile
 import select
 import shutil
 import signal
@@ -49,6 +53,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from agentscaler.settings import cache_root
 from envs.pipe import HEADER, NO_NONCE, spin_readinto
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,6 +112,51 @@ def _pyseccomp_path() -> Path | None:
     except Exception:  # noqa: BLE001
         return None
     return Path(sys.modules["pyseccomp"].__file__).resolve()
+
+
+def worker_lib(seccomp_py: Path | None) -> Path:
+    """A folder to mount as the worker's library (envs, without tau2, and pyseccomp.py) holding the
+    modules' bytecode too, compiled once per content: the worker runs with -B and reads only, so
+    where the source tree has no __pycache__ (PYTHONDONTWRITEBYTECODE, a read-only install) every
+    worker's start compiled envs.worker and its imports again (about 20 ms of its CPU). In the
+    per-user cache, named by a hash of the sources and the interpreter; built in a folder of its own
+    and renamed into place, so a reader never sees half of one."""
+    files = sorted(p for p in (REPO / "envs").rglob("*.py") if "tau2" not in p.relative_to(REPO).parts
+                   and "__pycache__" not in p.parts)
+    return _worker_lib(tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files),
+                       str(seccomp_py) if seccomp_py else None)
+
+
+@lru_cache(maxsize=8)
+def _worker_lib(files: tuple[tuple[str, int, int], ...], seccomp_py: str | None) -> Path:
+    h = hashlib.sha256(f"{sys.version}\0{sys.executable}".encode())
+    for path in [f[0] for f in files] + ([seccomp_py] if seccomp_py else []):
+        h.update(b"\0" + str(Path(path).relative_to(REPO) if path.startswith(str(REPO)) else Path(path).name).encode())
+        h.update(b"\0" + Path(path).read_bytes())
+    root = cache_root() / "worker-lib"
+    dest = root / h.hexdigest()[:24]
+    if dest.is_dir():
+        return dest
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide it from a worker running as another uid
+        for path, _, _ in files:
+            target = tmp / Path(path).relative_to(REPO)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+        if seccomp_py:
+            shutil.copyfile(seccomp_py, tmp / "pyseccomp.py")
+        for src in tmp.rglob("*.py"):
+            py_compile.compile(str(src), cfile=importlib.util.cache_from_source(str(src)), doraise=True,
+                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+        os.rename(tmp, dest)
+    except OSError:
+        if not dest.is_dir():  # not built by another process meanwhile: a real failure
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
 
 
 @lru_cache(maxsize=1)
@@ -251,9 +301,7 @@ class WorkerProcess:
                "--new-session", "--hostname", "sandbox", "--clearenv"]
         for k, v in worker_env(scr).items():
             cmd += ["--setenv", k, v]
-        cmd += [*_root_binds(), "--ro-bind", str(REPO / "envs"), f"{lib}/envs"]
-        if seccomp_py:
-            cmd += ["--ro-bind", str(seccomp_py), f"{lib}/pyseccomp.py"]
+        cmd += [*_root_binds(), "--ro-bind", str(worker_lib(seccomp_py)), lib]
         for key, default in (("code_path", "tools.py"), ("seed_path", "seed.sqlite")):
             rel = spec.get(key, default)
             src = d / rel

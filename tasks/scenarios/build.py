@@ -7,7 +7,9 @@ first, so later calls use what earlier ones found or created); give every call g
 episode of the sandboxed environment; keep the gold calls, their outputs, the gold final-state
 hash and the field diff from the seed. Walks whose calls fail, whose writes change nothing, or
 that repeat an existing scenario are dropped and counted by reason. Every kept scenario is
-replayed once more and kept only if it reaches the same hash and outputs (determinism). The
+replayed once more and kept only if it reaches the same hash and outputs (determinism): all of a
+domain's in one round trip, in a sandbox child that ran none of the walks, each from the seed with
+tools.py run afresh (execute.replay_many; the verifier's replay), failures refilled by more walks. The
 report carries the scenarios' quality (tasks.scenarios.quality: kinds, chain share, non-empty
 gold reads).
 
