@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from envs.episode import Environment
-from envs.sandbox import SandboxError, WorkerProcess, bwrap_works
+from envs.sandbox import REPO, SandboxError, WorkerProcess, bwrap_works, worker_lib
 from envs.spec import ColumnSpec, DomainSpec, TableSpec, ToolSpec
 from envs.worker import Worker
 
@@ -596,3 +596,18 @@ def test_a_worker_refuses_a_scratch_folder_that_holds_files(tmp_path):
     with pytest.raises(ValueError, match="must be an empty folder"):
         Worker(str(tmp_path / "domain"), 1.0, 1 << 20, scratch=str(shared))
     assert (shared / "keep.txt").read_text() == "someone else's"
+
+
+def test_worker_library_carries_its_bytecode(tmp_path, monkeypatch):
+    """The worker's mounted library (envs.sandbox.worker_lib): envs without tau2, each module with
+    its compiled bytecode, one folder per content (named by a hash of the sources), built once."""
+    import importlib.util
+
+    monkeypatch.setenv("AGENTSCALER_CACHE", str(tmp_path / "cache"))
+    lib = worker_lib(None)
+    assert lib.parent.parent == tmp_path / "cache" and worker_lib(None) == lib
+    for mod in ("worker", "store", "pipe", "toolkit", "__init__"):
+        src = lib / "envs" / f"{mod}.py"
+        assert src.read_bytes() == (REPO / "envs" / f"{mod}.py").read_bytes()
+        assert Path(importlib.util.cache_from_source(str(src))).is_file()
+    assert not (lib / "envs" / "tau2").exists() and not (lib / "pyseccomp.py").exists()
