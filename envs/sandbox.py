@@ -124,16 +124,16 @@ def worker_lib(seccomp_py: Path | None) -> Path:
     files = sorted(p for p in (REPO / "envs").rglob("*.py") if "tau2" not in p.relative_to(REPO).parts
                    and "__pycache__" not in p.parts)
     return _worker_lib(tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files),
-                       str(seccomp_py) if seccomp_py else None)
+                       str(seccomp_py) if seccomp_py else None, cache_root())
 
 
 @lru_cache(maxsize=8)
-def _worker_lib(files: tuple[tuple[str, int, int], ...], seccomp_py: str | None) -> Path:
+def _worker_lib(files: tuple[tuple[str, int, int], ...], seccomp_py: str | None, cache: Path) -> Path:
     h = hashlib.sha256(f"{sys.version}\0{sys.executable}".encode())
     for path in [f[0] for f in files] + ([seccomp_py] if seccomp_py else []):
         h.update(b"\0" + str(Path(path).relative_to(REPO) if path.startswith(str(REPO)) else Path(path).name).encode())
         h.update(b"\0" + Path(path).read_bytes())
-    root = cache_root() / "worker-lib"
+    root = cache / "worker-lib"
     dest = root / h.hexdigest()[:24]
     if dest.is_dir():
         return dest
