@@ -32,12 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from results_io import Anchor, Figure, Recorder, export_tree, short_sha  # noqa: E402
+from results_io import Anchor, Figure, Recorder, export_tree, short_sha, tree_cpu_s  # noqa: E402
 
 LAYERS = ["sandbox: bubblewrap uid/net/pid/fs namespaces, seccomp, rlimits, clean environment, landlock",
           "validation of every tool in the sandbox (signature, execution, state change, read purity, quality)",
           "scenarios: gold execution in a fresh episode per walk, each kept scenario replayed for determinism"]
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def prepare(work: Path, tools: int = 1000) -> Path:
@@ -55,30 +54,6 @@ def prepare(work: Path, tools: int = 1000) -> Path:
 
 
 # --- the child: one arm's build, measured ---------------------------------------------------------
-def _tree_cpu(root_pid: int) -> float:
-    """CPU seconds of root_pid and every live process under it, with the children they reaped."""
-    kids: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            raw = Path(f"/proc/{p}/stat").read_text()
-        except OSError:
-            continue
-        f = raw[raw.rindex(")") + 2:].split()
-        stats[int(p)] = f
-        kids.setdefault(int(f[1]), []).append(int(p))
-    total, todo = 0.0, [root_pid]
-    while todo:
-        pid = todo.pop()
-        f = stats.get(pid)
-        if f is not None:
-            total += sum(int(x) for x in f[11:15]) / TICK  # utime stime cutime cstime
-        todo += kids.get(pid, [])
-    return total
-
-
 def child(code_root: Path, ws: Path, n: int, per_domain: int, profile: Path | None) -> None:
     """Build the first n domains of ws with the code under code_root; print the measures as JSON."""
     sys.path.insert(0, str(code_root))
@@ -108,7 +83,7 @@ def child(code_root: Path, ws: Path, n: int, per_domain: int, profile: Path | No
     def _kill(self, *a, **k):
         if self.proc is not None:
             c0 = time.process_time()
-            counts["sandbox_cpu_s"] += _tree_cpu(self.proc.pid)
+            counts["sandbox_cpu_s"] += tree_cpu_s([self.proc.pid])
             counts["scan_cpu_s"] += time.process_time() - c0
         return kill(self, *a, **k)
 

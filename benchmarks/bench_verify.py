@@ -55,7 +55,7 @@ from envs.episode import Environment  # noqa: E402
 from envs.spec import DomainSpec  # noqa: E402
 from tasks.verify.replay import Replayer  # noqa: E402
 from tasks.verify.verify import DomainTools, check_dialogue, verify_run  # noqa: E402
-from results_io import export_tree, short_sha  # noqa: E402
+from results_io import export_tree, short_sha, tree_cpu_s  # noqa: E402
 
 GOLD_RUN = "gold-replay"
 QUICK_DOMAINS = 40
@@ -122,30 +122,6 @@ def stage(ws: Workspace, run: str) -> None:
         shutil.rmtree(d)
     d.mkdir(parents=True)
     shutil.copyfile(ws.rollout_dir(GOLD_RUN) / TRAJECTORIES, d / TRAJECTORIES)
-
-
-def tree_cpu_s(pids: list[int], own_only: bool = False) -> float:
-    """CPU seconds used so far by these processes and every process under them (the live ones' own
-    time, the reaped ones' through their parent), from /proc; own_only: the processes' own time."""
-    kids: dict[int, list[int]] = {}
-    ticks: dict[int, int] = {}
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{p}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        kids.setdefault(int(fields[1]), []).append(int(p))
-        ticks[int(p)] = sum(int(x) for x in fields[11:13 if own_only else 15])  # utime stime [cutime cstime]
-    total, stack = 0, list(pids)
-    while stack:
-        pid = stack.pop()
-        total += ticks.get(pid, 0)
-        if not own_only:
-            stack.extend(kids.get(pid, []))
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def sandbox_cpu_s(envs: list[Environment]) -> float:

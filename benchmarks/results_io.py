@@ -100,6 +100,30 @@ def export_tree(ref: str, into: Path) -> Path:
     return into
 
 
+def tree_cpu_s(pids: list[int], own_only: bool = False) -> float:
+    """CPU seconds used so far by these processes and every process under them (the live ones' own
+    time, the reaped ones' through their parent), from /proc; own_only: the processes' own time."""
+    kids: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        kids.setdefault(int(fields[1]), []).append(int(p))
+        ticks[int(p)] = sum(int(x) for x in fields[11:13 if own_only else 15])  # utime stime [cutime cstime]
+    total, stack = 0, list(pids)
+    while stack:
+        pid = stack.pop()
+        total += ticks.get(pid, 0)
+        if not own_only:
+            stack.extend(kids.get(pid, []))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def machine() -> dict[str, object]:
     return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
 

@@ -603,7 +603,6 @@ def test_worker_library_carries_its_bytecode(tmp_path, monkeypatch):
     """The worker's mounted library (envs.sandbox.worker_lib): envs without tau2, each module with
     its compiled bytecode, one folder per content (named by a hash of the sources), built once."""
     monkeypatch.setenv("AGENTSCALER_CACHE", str(tmp_path / "cache"))
-    worker_lib(None)  # whatever this process built before is in another cache: a new folder here
     lib = worker_lib(None)
     assert lib.parent.parent == tmp_path / "cache" and worker_lib(None) == lib
     for mod in ("worker", "store", "pipe", "toolkit", "__init__"):
