@@ -51,7 +51,7 @@ DEMO = {
     "gold_replay_domains": 20,  # demonstrations from gold calls, labelled agent_model="gold-replay"
     "train": True,
     "train_stages": [1],  # the general domains the evaluation measures; stage 2 (tau2) by `agentscaler train`
-    "train_budget_minutes": 2.0,  # stage 1's wall time on the clock (training/budget.py)
+    "train_budget_minutes": 1.5,  # stage 1's wall time on the clock (training/budget.py)
     "max_steps": None,  # the budget decides
     "train_config_dir": "cpu-demo",  # training/configs/cpu-demo/: small steps for 2 CPU cores
     "evaluate": True,
@@ -64,10 +64,11 @@ DEMO = {
     "eval_max_prompt_tokens": 1280,
     # SmolLM2-135M on 2 cores: short conversations keep the demo inside its time budget. One user turn: the
     # agent's one reply (with up to agent_steps tool-call rounds) is what is scored; each further turn cost
-    # about as much again (3 turns: about 35 CPU seconds per trial of the base model, measured loaded)
+    # about as much again (3 turns: about 35 CPU seconds per trial of the base model, measured loaded). 96 tokens
+    # hold a tool call or a short answer; the base model fills whatever it is given with text.
     "max_turns": 1,
     "agent_steps": 3,
-    "max_tokens": 128,
+    "max_tokens": 96,
 }
 
 DOMAINS = 222  # domains discovered in the real corpora (README funnel)
@@ -78,12 +79,15 @@ COSTS = {  # seconds on 2 quiet cores, per unit
     "replay_domain": 0.5,  # gold replays of one domain's train scenarios
     "train_stage": 60,  # model load, dataset, final validation, save (one stage)
     "eval_model": 30,  # per model compared: GGUF export of the checkpoint, two server starts
-    "eval_trial": 6,  # one trial of one model, two one-thread servers side by side (prefix reuse)
+    # one trial of one model, two one-thread servers side by side (prefix reuse): 15-18 CPU seconds per trial
+    # of the base model measured at load 6-9 (one user turn, 128 tokens, prompts of 560-1020 tokens), so about
+    # 8 s of wall time per trial on quiet cores, less for 96 tokens
+    "eval_trial": 7,
 }
 MINIMUM = {"domains_limit": 30, "rollout_domains": 1, "gold_replay_domains": 5, "eval_max_scenarios": 6,
            "train_budget_minutes": 1.0}
 GROWTH = [  # (knob, step, cap), filled in this order; the first that cannot reach its cap ends the plan
-    ("domains_limit", 24, DOMAINS), ("eval_max_scenarios", EVAL_PER_DOMAIN, 12), ("train_budget_minutes", 0.5, 2.0),
+    ("domains_limit", 24, DOMAINS), ("eval_max_scenarios", EVAL_PER_DOMAIN, 12), ("train_budget_minutes", 0.5, 1.5),
     ("rollout_domains", 1, 2), ("gold_replay_domains", 5, 20),  # = the default demo (DEMO)
     ("eval_max_scenarios", EVAL_PER_DOMAIN, 24), ("train_budget_minutes", 1.0, 10.0),
     ("rollout_domains", 2, 16),  # beyond it: more evaluation, training and experience

@@ -183,11 +183,15 @@ def _closed_loop_comparison(ws: Workspace, summary: dict[str, Any], bar: Any, ch
     key = next((stages[s]["key"] for s in ("stage2", "stage1") if (stages.get(s) or {}).get("key")), None)
     # named by its training key: a retrained checkpoint is never answered by an older one's evaluation
     trained_name = f"{base_model}-sft-{(key or content_hash({'checkpoint': str(checkpoint)}))[:8]}"
+
+    def log(msg: str) -> None:  # to the progress display (stderr), never stdout: `demo --json` prints there
+        bar.advance(0, note=msg.removeprefix("[closed-loop] "))
+
     with _timed(summary, "evaluate_base"):
-        base = evaluate_model(ws, cfg, base_checkpoint(ws, base_model), f"{base_model}-base", k)["heldout"]
+        base = evaluate_model(ws, cfg, base_checkpoint(ws, base_model), f"{base_model}-base", k, log=log)["heldout"]
     bar.advance(note="evaluate the trained model")
     with _timed(summary, "evaluate_trained"):
-        trained = evaluate_model(ws, cfg, checkpoint, trained_name, k)["heldout"]
+        trained = evaluate_model(ws, cfg, checkpoint, trained_name, k, log=log)["heldout"]
     summary["evaluate"], summary["evaluate_trained"] = _brief(base), _brief(trained)
     summary["comparison"] = compare(base, trained)
     summary["evaluation_cost"] = {"base": trajectory_stats(ws, base["run_id"]),
