@@ -17,10 +17,11 @@ rows up to 6k tokens) is left to `agentscaler train`.
 How `--minutes` sizes the run (`demo_plan`): a cost model in seconds per unit of work (COSTS) prices
 a plan; the smallest plan (MINIMUM) must fit, then the knobs fill one after another (GROWTH: first
 every domain, then evaluation scenarios, training time, rollouts and gold replays up to the default
-demo, then more of each) while the plan still fits. COSTS are estimates for 2 quiet cores, from the
-per-stage CPU seconds the demo records (pipeline `stage_cpu_s`) where measured, else from the older
-round figures; a loaded machine takes longer, and the result says how long the run took against its
-budget, per stage in wall and CPU seconds.
+demo, then more of each) while the plan still fits. COSTS are estimates for 2 quiet cores (each
+figure's comment says where it comes from: the evaluation's from CPU seconds per trial measured on a
+loaded machine, the others round figures from earlier demos); a loaded machine takes longer, and the
+result says how long the run took against its budget, per stage in wall and CPU seconds (pipeline
+`stage_cpu_s`), to check them.
 """
 
 from __future__ import annotations
