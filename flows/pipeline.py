@@ -157,8 +157,9 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
 def _timed(summary: dict[str, Any], stage: str) -> Iterator[None]:
     """Record the stage's wall time in summary["stage_wall_s"] and its CPU time in summary["stage_cpu_s"]
     (the demo's per-stage figures, bench_demo). CPU = this process plus the children it reaped during the
-    stage (training process, model servers, sandbox workers that exited): on a shared machine wall time
-    is inflated by the others' load, CPU time much less so."""
+    stage (training process, model servers): on a shared machine wall time is inflated by the others'
+    load, CPU time much less so. Sandbox workers' CPU is mostly missing (they run in their own pid
+    namespace and outlive the stage), so build, collect and gold replay read low."""
     t0, c0 = time.perf_counter(), _cpu_seconds()
     try:
         yield
