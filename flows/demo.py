@@ -52,7 +52,9 @@ DEMO = {
     "gold_replay_domains": 20,  # demonstrations from gold calls, labelled agent_model="gold-replay"
     "train": True,
     "train_stages": [1],  # the general domains the evaluation measures; stage 2 (tau2) by `agentscaler train`
-    "train_budget_minutes": 1.5,  # stage 1's wall time on the clock (training/budget.py)
+    # stage 1's wall time on the clock (training/budget.py): a few optimizer steps of batch 1 (a 1.7k-3.8k-token
+    # row cost 40-50 CPU s per 1,000 tokens, measured loaded), enough to show the loop, not to teach the agent
+    "train_budget_minutes": 1.5,
     "max_steps": None,  # the budget decides
     "train_config_dir": "cpu-demo",  # training/configs/cpu-demo/: small steps for 2 CPU cores
     "evaluate": True,
