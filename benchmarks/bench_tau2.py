@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import os
 import statistics
 import sys
 import tempfile
@@ -158,8 +160,44 @@ def bench_ours(domain: str, ddir: Path, calls: list[dict]) -> dict:
         env.close()
 
 
+class PipeFloor:
+    """The floor under any out-of-process call on this machine: a forked echo process on two pipes,
+    both ends sleeping in a blocking read (no busy-wait), a request and a reply of the sizes our
+    calls send. No tool code, no JSON, no sandbox: what is left of a sandboxed call above this is
+    ours to cut; this much is the kernel's (two wake-ups)."""
+
+    def __init__(self) -> None:
+        self.req_r, self.req_w = os.pipe()
+        self.rep_r, self.rep_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the echo child: read a request, answer with `size` bytes
+            os.close(self.req_w)
+            os.close(self.rep_r)
+            while True:
+                head = os.read(self.req_r, 8)
+                if len(head) < 8:
+                    os._exit(0)
+                n, size = int.from_bytes(head[:4], "big"), int.from_bytes(head[4:], "big")
+                while n > 0:
+                    n -= len(os.read(self.req_r, n))
+                os.write(self.rep_w, bytes(size))
+        os.close(self.req_r)
+        os.close(self.rep_w)
+
+    def round_trip(self, request: int, reply: int) -> None:
+        os.write(self.req_w, request.to_bytes(4, "big") + reply.to_bytes(4, "big") + bytes(request))
+        while reply > 0:
+            reply -= len(os.read(self.rep_r, reply))
+
+    def close(self) -> None:
+        os.close(self.req_w)
+        os.close(self.rep_r)
+        os.waitpid(self.pid, 0)
+
+
 def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None) -> dict:
-    """Every read call of sampled_reads, tau2 then ours, 5 times each per round."""
+    """Every read call of sampled_reads, tau2 then ours, 5 times each per round; with busy-waiting
+    off, the bare pipe round trip (PipeFloor, same bytes as the call) as a third arm."""
     from tau2.data_model.message import ToolCall
 
     from envs.episode import Environment
@@ -167,6 +205,7 @@ def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None) -> di
 
     tenv = importlib.import_module(f"tau2.domains.{domain}.environment").get_environment()
     env = Environment.open(ddir, unsafe=unsafe_from_env(), spin_us=spin_us)
+    floor = PipeFloor() if spin_us == 0 else None
     try:
         env.reset()
         kinds = {t.name: t.kind for t in env.spec.tools}
@@ -174,6 +213,9 @@ def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None) -> di
         msgs = [ToolCall(id=str(i), name=c["name"], arguments=c["arguments"]) for i, c in enumerate(calls)]
         ours: list[list[float]] = [[] for _ in calls]
         theirs: list[list[float]] = [[] for _ in calls]
+        bare: list[float] = []
+        sizes = [(len(json.dumps({"op": "call", "name": c["name"], "args": c["arguments"], "kind": "read"})) + 24,
+                  len(env.call(c["name"], c["arguments"]).content or "") + 40) for c in calls]
         for rnd in range(rounds + 1):  # round 0 warms up
             for i, (c, m) in enumerate(zip(calls, msgs)):
                 for _ in range(5):
@@ -182,6 +224,10 @@ def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None) -> di
                     t2 = time.perf_counter()
                     r = env.call(c["name"], c["arguments"])
                     t3 = time.perf_counter()
+                    if floor is not None:
+                        floor.round_trip(*sizes[i])
+                        if rnd:
+                            bare.append(time.perf_counter() - t3)
                     if rnd:
                         theirs[i].append(t2 - t)
                         ours[i].append(t3 - t2)
@@ -200,9 +246,13 @@ def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None) -> di
                 "tau2_p99_us": percentile(all_t, 0.99) * 1e6, "ratio": o / th,
                 "median_per_call_ratio": statistics.median(statistics.median(a) / statistics.median(b)
                                                            for a, b in zip(ours, theirs)),
-                "by_tool": by_tool}
+                "by_tool": by_tool,
+                **({"floor_median_us": statistics.median(bare) * 1e6, "floor_p99_us": percentile(bare, 0.99) * 1e6}
+                   if bare else {})}
     finally:
         env.close()
+        if floor is not None:
+            floor.close()
 
 
 def figures(rec: Recorder, report: dict, workload: str) -> None:
@@ -220,6 +270,14 @@ def figures(rec: Recorder, report: dict, workload: str) -> None:
                 ratio_to_anchor=v["ratio"], aim=aim, meets_aim=v["ratio"] <= (1.0 if spin else 1.5),
                 anchor=Anchor(value=v["tau2_median_us"], unit="us", kind="measured",
                               source=f"tau2 get_response in-process, same run, p99 {v['tau2_p99_us']:.0f} us")))
+            if "floor_median_us" in v:
+                rec.figures.append(Figure(
+                    name=f"bare pipe round trip, two sleeping processes (the floor of an out-of-process call), tau2 {domain}",
+                    value=v["floor_median_us"], unit="us", median=v["floor_median_us"], p99=v["floor_p99_us"],
+                    workload=f"{workload}: the same bytes as each call, interleaved with it; no tool code, no sandbox",
+                    ratio_to_anchor=v["floor_median_us"] / v["tau2_median_us"],
+                    anchor=Anchor(value=v["tau2_median_us"], unit="us", kind="measured",
+                                  source="tau2 get_response in-process, same run")))
         rec.figures.append(Figure(
             name=f"episode reset after a call (fresh sandbox child), tau2 {domain}", value=o["reset_ms"], unit="ms",
             median=o["reset_ms"], p99=o["reset_p99_ms"], workload=f"{workload}: 50 resets", aim="< 5 ms",
@@ -288,6 +346,11 @@ def main() -> None:
                          f"{v['spin_us']} us: ours {v['ours_median_us']:.1f} us (p99 {v['ours_p99_us']:.0f}) | tau2 "
                          f"{v['tau2_median_us']:.1f} us (p99 {v['tau2_p99_us']:.0f}) | ratio {v['ratio']:.2f} (median "
                          f"per call {v['median_per_call_ratio']:.2f})")
+            if "floor_median_us" in v:
+                lines.append(f"  - the bare pipe round trip of the same bytes (two sleeping processes): "
+                             f"{v['floor_median_us']:.1f} us (p99 {v['floor_p99_us']:.0f}), "
+                             f"{v['floor_median_us'] / v['tau2_median_us']:.2f}x tau2's whole call; ours above it "
+                             f"{v['ours_median_us'] - v['floor_median_us']:.1f} us")
             for name, t in v["by_tool"].items():
                 lines.append(f"  - {name}: n={t['calls']} ours {t['ours_us']:.1f} us | tau2 {t['tau2_us']:.1f} us"
                              f" | ratio {t['ratio']:.2f}")
