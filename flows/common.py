@@ -13,6 +13,7 @@ from typing import Any
 from prefect.artifacts import create_markdown_artifact
 from prefect.client.orchestration import get_client
 from prefect.concurrency.asyncio import concurrency
+from prefect.context import FlowRunContext, TaskRunContext
 from prefect.deployments import run_deployment
 from prefect.settings import get_current_settings
 
@@ -174,6 +175,8 @@ def batch_outcome(catalog: Catalog, ids: list[str], stages: tuple[str, ...],
 
 def publish_markdown(key: str, markdown: str, description: str = "") -> None:
     """Attach a markdown artifact to the current Prefect run (visible in the UI); no-op outside one."""
+    if FlowRunContext.get() is None and TaskRunContext.get() is None:
+        return  # outside a run: nothing to attach it to (Prefect would start a temporary server to store it)
     try:
         create_markdown_artifact(key=key, markdown=markdown, description=description)
     except Exception:  # noqa: BLE001 - artifacts are a convenience, never a reason to fail a run

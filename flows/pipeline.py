@@ -6,9 +6,11 @@ be re-run alone. Every stage skips finished work, so re-running the pipeline res
 
 from __future__ import annotations
 
+import resource
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
@@ -17,9 +19,10 @@ from agentscaler import progress
 from agentscaler.artifacts import load_scenarios
 from agentscaler.catalog import Catalog
 from agentscaler.endpoints import is_local
+from agentscaler.hashing import content_hash
 from agentscaler.workspace import Workspace, atomic_write_json
 from flows.build_environments import build_environments_flow
-from flows.closed_loop import gold_replay_run
+from flows.closed_loop import ClosedLoopConfig, base_checkpoint, evaluate_model, gold_replay_run, trajectory_stats
 from flows.collect_experience import collect_experience_flow
 from flows.common import publish_markdown, run_record
 from flows.discover import discover_flow
@@ -44,10 +47,12 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
                   rollout_domains: int | None = None, rollout_per_domain: int | None = None,
                   gold_replay_domains: int = 0,
                   train: bool = True, max_steps: int | None = None, train_config_dir: str | None = None,
-                  train_model: str | None = None, accelerate_config: str | None = None,
+                  train_model: str | None = None, train_stages: list[int] | None = None,
+                  train_budget_minutes: float | None = None, accelerate_config: str | None = None,
                   num_processes: int | None = None, build_batch_deployment: str | None = None,
                   evaluate: bool = True, k: int = 2,
-                  eval_max_scenarios: int | None = 8, eval_domains: int = 2, max_turns: int = 6, agent_steps: int = 4,
+                  eval_max_scenarios: int | None = 8, eval_domains: int = 2, eval_max_domains: int | None = None,
+                  eval_max_prompt_tokens: int = 2048, max_turns: int = 6, agent_steps: int = 4,
                   max_tokens: int = 256) -> dict[str, Any]:
     """Run every stage; the summary holds each stage's result and the funnel.
 
@@ -58,7 +63,12 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
     spreads the environment build over the pool's workers in batches; gold_replay_domains > 0 adds
     gold-replayed demonstrations (labelled agent_model="gold-replay") of that many training domains
     (plus the tau2 verticals) to the SFT data. With training and evaluation on, the trained
-    checkpoint is evaluated too, on the same held-out scenarios: the closed loop."""
+    checkpoint is evaluated too, on the same held-out scenarios: the closed loop. train_stages (default
+    both) and train_budget_minutes (each stage's wall time, training/budget.py) size the training;
+    eval_max_domains takes the held-out domains with the shortest prompts (tasks.evaluation.eval_set).
+    With a local model trained, base and trained are scored the closed loop's way (flows/closed_loop:
+    the same llama.cpp runtime and decoding for both, compare with intervals, single- and multi-call
+    apart, failures by reason), and each stage's CPU seconds are recorded beside its wall time."""
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
     params = {k_: v for k_, v in locals().items() if k_ not in ("ws", "catalog")}
@@ -96,33 +106,40 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
         if train:
             bar.advance(note="train")
             with _timed(summary, "train"):
-                summary["train"] = train_sft_flow(str(ws.root), max_steps=max_steps, config_dir=train_config_dir,
-                                                  model=train_model, accelerate_config=accelerate_config,
-                                                  num_processes=num_processes)
+                summary["train"] = train_sft_flow(str(ws.root), stages=train_stages, max_steps=max_steps,
+                                                  config_dir=train_config_dir, model=train_model,
+                                                  accelerate_config=accelerate_config, num_processes=num_processes,
+                                                  budget_minutes=train_budget_minutes)
         if evaluate:
             bar.advance(note="evaluate")
             # One evaluation set (written once) for every model scored, so base and trained see the same scenarios.
-            summary["eval_set"] = _eval_set(ws, eval_max_scenarios, eval_domains)
+            summary["eval_set"] = _eval_set(ws, eval_max_scenarios, eval_domains, eval_max_domains,
+                                            eval_max_prompt_tokens)
             eval_args = dict(k=k, max_turns=max_turns, max_steps=agent_steps, max_tokens=max_tokens,
                              eval_set=EVAL_SET if summary["eval_set"] else None,
                              max_scenarios=None if summary["eval_set"] else eval_max_scenarios)
             checkpoint = _trained_checkpoint(summary.get("train"))
-            both = bool(checkpoint) and is_local(llm)
-            # compared with a trained model, the base model is served the same way: its HF conversion
-            # (what training starts from) exported at the same precision (agentscaler.endpoints.serve)
-            base_checkpoint = str(convert_smollm2()) if both else None
-            with _timed(summary, "evaluate_base"):
-                base = evaluate_flow(str(ws.root), llm=llm, model=model, checkpoint=base_checkpoint, **eval_args)
-            summary["evaluate"] = _brief(base)
-            if both:
-                bar.advance(note="evaluate the trained model")
-                with _timed(summary, "evaluate_trained"):
-                    trained = evaluate_flow(str(ws.root), llm="local", model="trained", checkpoint=checkpoint,
-                                            **eval_args)
-                summary["evaluate_trained"] = _brief(trained)
-                comparison = compare(base, trained)
-                atomic_write_json(comparison_path(ws, "pipeline"), comparison)
-                publish_markdown("base-vs-trained", compare_markdown(comparison), "the same held-out scenarios")
+            if checkpoint and is_local(llm) and summary["eval_set"]:
+                # the closed loop's comparison (flows/closed_loop): same runtime, decoding and scenarios for both
+                _closed_loop_comparison(ws, summary, bar, Path(checkpoint), train_model or model, k, max_turns,
+                                        agent_steps, max_tokens)
+            else:
+                both = bool(checkpoint) and is_local(llm)
+                # compared with a trained model, the base model is served the same way: its HF conversion
+                # (what training starts from) exported at the same precision (agentscaler.endpoints.serve)
+                base_ckpt = str(convert_smollm2()) if both else None
+                with _timed(summary, "evaluate_base"):
+                    base = evaluate_flow(str(ws.root), llm=llm, model=model, checkpoint=base_ckpt, **eval_args)
+                summary["evaluate"] = _brief(base)
+                if both:
+                    bar.advance(note="evaluate the trained model")
+                    with _timed(summary, "evaluate_trained"):
+                        trained = evaluate_flow(str(ws.root), llm="local", model="trained", checkpoint=checkpoint,
+                                                **eval_args)
+                    summary["evaluate_trained"] = _brief(trained)
+                    comparison = compare(base, trained)
+                    atomic_write_json(comparison_path(ws, "pipeline"), comparison)
+                    publish_markdown("base-vs-trained", compare_markdown(comparison), "the same held-out scenarios")
             summary["closed_loop"] = closed_loop_table(summary)
         bar.advance(note="done")
         runs = (summary["experience"].get("run_ids") or []) + ([summary["gold_replay"]["run_id"]]
@@ -138,12 +155,50 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
 
 @contextmanager
 def _timed(summary: dict[str, Any], stage: str) -> Iterator[None]:
-    """Record the stage's wall time in summary["stage_wall_s"] (the demo's per-stage figures, bench_demo)."""
-    t0 = time.perf_counter()
+    """Record the stage's wall time in summary["stage_wall_s"] and its CPU time in summary["stage_cpu_s"]
+    (the demo's per-stage figures, bench_demo). CPU = this process plus the children it reaped during the
+    stage (training process, model servers): on a shared machine wall time is inflated by the others'
+    load, CPU time much less so. Sandbox workers' CPU is mostly missing (they run in their own pid
+    namespace and outlive the stage), so build, collect and gold replay read low."""
+    t0, c0 = time.perf_counter(), _cpu_seconds()
     try:
         yield
     finally:
         summary.setdefault("stage_wall_s", {})[stage] = round(time.perf_counter() - t0, 1)
+        summary.setdefault("stage_cpu_s", {})[stage] = round(_cpu_seconds() - c0, 1)
+
+
+def _cpu_seconds() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _closed_loop_comparison(ws: Workspace, summary: dict[str, Any], bar: Any, checkpoint: Path, base_model: str,
+                            k: int, max_turns: int, agent_steps: int, max_tokens: int) -> None:
+    """Base and trained model on the pipeline's evaluation set by flows/closed_loop's evaluate_model (the
+    same llama.cpp runtime, precision, servers and decoding for both) and its compare; fills the summary's
+    evaluate / evaluate_trained / comparison / evaluation_cost."""
+    cfg = ClosedLoopConfig(eval_set=EVAL_SET, k=k, max_turns=max_turns, max_steps=agent_steps,
+                           max_tokens=max_tokens, tau2=False, base_model=base_model)
+    stages = (summary.get("train") or {}).get("train") or {}
+    key = next((stages[s]["key"] for s in ("stage2", "stage1") if (stages.get(s) or {}).get("key")), None)
+    # named by its training key: a retrained checkpoint is never answered by an older one's evaluation
+    trained_name = f"{base_model}-sft-{(key or content_hash({'checkpoint': str(checkpoint)}))[:8]}"
+
+    def log(msg: str) -> None:  # to the progress display (stderr), never stdout: `demo --json` prints there
+        bar.advance(0, note=msg.removeprefix("[closed-loop] "))
+
+    with _timed(summary, "evaluate_base"):
+        base = evaluate_model(ws, cfg, base_checkpoint(ws, base_model), f"{base_model}-base", k, log=log)["heldout"]
+    bar.advance(note="evaluate the trained model")
+    with _timed(summary, "evaluate_trained"):
+        trained = evaluate_model(ws, cfg, checkpoint, trained_name, k, log=log)["heldout"]
+    summary["evaluate"], summary["evaluate_trained"] = _brief(base), _brief(trained)
+    summary["comparison"] = compare(base, trained)
+    summary["evaluation_cost"] = {"base": trajectory_stats(ws, base["run_id"]),
+                                  "trained": trajectory_stats(ws, trained["run_id"])}
+    atomic_write_json(comparison_path(ws, "pipeline"), summary["comparison"])
+    publish_markdown("base-vs-trained", compare_markdown(summary["comparison"]), "the same held-out scenarios")
 
 
 def add_tau2_verticals(ws: Workspace) -> dict[str, Any]:
@@ -159,13 +214,15 @@ def add_tau2_verticals(ws: Workspace) -> dict[str, Any]:
     return out
 
 
-def _eval_set(ws: Workspace, scenarios: int | None, domains: int) -> dict[str, Any] | None:
+def _eval_set(ws: Workspace, scenarios: int | None, domains: int, max_domains: int | None = None,
+              max_prompt_tokens: int = 2048) -> dict[str, Any] | None:
     """The pipeline's evaluation set (reports/eval-set-pipeline.json): chosen once, reused by a re-run;
     None when the workspace holds too few held-out scenarios (the evaluation then takes the first ones)."""
     if eval_set_path(ws, EVAL_SET).exists():
         return load_eval_set(ws, EVAL_SET)
     try:
-        return choose_eval_set(ws, scenarios=scenarios or 8, min_domains=domains, name=EVAL_SET)
+        return choose_eval_set(ws, scenarios=scenarios or 8, min_domains=domains, name=EVAL_SET,
+                               max_domains=max_domains, max_prompt_tokens=max_prompt_tokens)
     except EvalSetError:
         return None
 

@@ -11,6 +11,9 @@ How they are picked (deterministic for a workspace and the arguments):
   in `max_prompt_tokens`, so a conversation fits the local server's context on CPU; the limit and
   what it excluded are written into the file (selection, not shrinking: the count asked for is met
   or the call fails);
+- with `max_domains`, only that many of them: the ones with the shortest prompts (a small
+  evaluation, such as the demo's, on few domains with short prompts: each domain's prefix is
+  processed once and served from the server's prompt cache for its other scenarios);
 - the same number of scenarios from every chosen domain (round-robin, so no domain dominates),
   alternating single-call and multi-call scenarios where a domain has both, ordered by a hash of
   the scenario id (not by file order).
@@ -63,7 +66,8 @@ def _interleave(rows: list[Scenario]) -> list[Scenario]:
 
 
 def choose_eval_set(ws: Workspace, scenarios: int = 100, min_domains: int = 20, max_prompt_tokens: int = 2048,
-                    name: str = "heldout", tokenizer: Any | None = None) -> dict[str, Any]:
+                    name: str = "heldout", tokenizer: Any | None = None,
+                    max_domains: int | None = None) -> dict[str, Any]:
     """Pick and write the evaluation set; returns its record (ids, domains, counts, criteria).
 
     Raises EvalSetError when fewer than `min_domains` held-out domains fit, or they hold fewer than
@@ -87,6 +91,12 @@ def choose_eval_set(ws: Workspace, scenarios: int = 100, min_domains: int = 20, 
     if len(candidates) < min_domains:
         raise EvalSetError(f"{len(candidates)} held-out domains fit {max_prompt_tokens} prompt tokens "
                            f"({len(too_long)} more do not), fewer than the {min_domains} asked for")
+    fitting = len(candidates)
+    if max_domains is not None:
+        if max_domains < min_domains:
+            raise EvalSetError(f"max_domains {max_domains} is below min_domains {min_domains}")
+        shortest = sorted(candidates, key=lambda d: (sizes[d], content_hash({"eval_domain": d}, 12)))[:max_domains]
+        candidates = {d: candidates[d] for d in shortest}
     available = sum(len(v) for v in candidates.values())
     if available < scenarios:
         raise EvalSetError(f"{available} held-out scenarios in {len(candidates)} domains, fewer than {scenarios}")
@@ -107,7 +117,7 @@ def choose_eval_set(ws: Workspace, scenarios: int = 100, min_domains: int = 20, 
         "read_only": sum(s.read_only for s in chosen),
         "prompt_tokens": {d: sizes[d] for d in domains},
         "criteria": {"split": "heldout", "tau2": "excluded (scored apart)", "max_prompt_tokens": max_prompt_tokens,
-                     "min_domains": min_domains, "domains_fitting": len(candidates),
+                     "min_domains": min_domains, "max_domains": max_domains, "domains_fitting": fitting,
                      "domains_over_prompt_limit": len(too_long)},
     }
     atomic_write_json(eval_set_path(ws, name), record)

@@ -79,3 +79,40 @@ def test_pipeline_end_to_end(tmp_path: Path, prefect_harness):
     assert again["train"]["stage1"].get("skipped_finished") is True
     assert again["train"]["stage1"]["final_dir"] == st1["final_dir"]
 
+
+
+@pytest.mark.slow
+def test_local_comparison_is_the_closed_loops(tmp_path: Path):
+    """With a local model trained, the pipeline (and so the demo) scores base and trained the closed loop's
+    way (flows/closed_loop.evaluate_model and compare: the same llama.cpp runtime, two one-thread servers,
+    the same evaluation set) and records each stage's wall and CPU seconds. The tiny model is untrained
+    noise served as both "base" and "trained" (two names, two runs): the test is about the plumbing,
+    not pass rates."""
+    from agentscaler import progress
+    from flows.closed_loop import base_checkpoint
+    from flows.pipeline import EVAL_SET, _closed_loop_comparison, closed_loop_table
+    from tasks.evaluation.eval_set import choose_eval_set
+    from tasks.evaluation.report import comparison_path
+    from tasks.scenarios.build import build_scenarios
+    from tests.conftest import load_shop_builder
+
+    ws = Workspace(tmp_path / "ws")
+    load_shop_builder()(ws.domain_dir("shopheld"))
+    build_scenarios(ws, "shopheld", per_domain=4, seed=0, heldout_fraction=1.0)
+    choose_eval_set(ws, scenarios=2, min_domains=1, max_domains=1, max_prompt_tokens=4096, name=EVAL_SET)
+    ckpt = base_checkpoint(ws, "tiny")
+    summary = {"train": {"train": {"stage1": {"key": "0123456789abcdef", "final_dir": str(ckpt)}}}}
+    with progress.stage("pipeline", total=2, unit="stages") as bar:
+        _closed_loop_comparison(ws, summary, bar, ckpt, "tiny", k=1, max_turns=1, agent_steps=1, max_tokens=24)
+    base, trained = summary["evaluate"], summary["evaluate_trained"]
+    assert base["model"] == "tiny-base" and trained["model"] == "tiny-sft-01234567"  # named by the training key
+    assert base["servers"] == trained["servers"] == 2
+    assert base["scenario_ids"] == trained["scenario_ids"] and len(base["scenario_ids"]) == 2
+    cmp = summary["comparison"]
+    assert cmp["same_scenarios"] and set(cmp["groups"]) == {"overall", "single_call", "multi_call"}
+    assert json.loads(comparison_path(ws, "pipeline").read_text()) == cmp
+    assert summary["evaluation_cost"]["base"]["conversations"] == 2
+    assert set(closed_loop_table(summary)) == {"baseline", "trained"}
+    # wall and CPU seconds per stage; the CPU includes the model servers (children reaped in the stage)
+    assert set(summary["stage_wall_s"]) == set(summary["stage_cpu_s"]) == {"evaluate_base", "evaluate_trained"}
+    assert all(v > 0 for v in summary["stage_cpu_s"].values())

@@ -46,3 +46,18 @@ def test_prompt_limit_and_errors(ws, tokenizer):
         choose_eval_set(ws, scenarios=500, min_domains=2, max_prompt_tokens=n, name="x", tokenizer=tokenizer)
     with pytest.raises(FileNotFoundError):
         load_eval_set(ws, "missing")
+
+
+def test_max_domains_takes_the_shortest_prompts(ws, tokenizer):
+    """A small evaluation (the demo's) on few domains: the ones with the shortest prompts, each giving
+    its share, and the cap written down beside how many domains fitted."""
+    rec = choose_eval_set(ws, scenarios=4, min_domains=1, max_prompt_tokens=100_000, name="few", tokenizer=tokenizer,
+                          max_domains=1)
+    sizes = {d: prompt_tokens(ws, d, tokenizer) for d in ("shopa", "shopb")}
+    assert len(rec["domains"]) == 1 and sizes[rec["domains"][0]] == min(sizes.values())
+    held = {s.id: s for s in load_scenarios(ws, rec["domains"][0])}
+    assert len(rec["scenario_ids"]) == 4 and set(rec["scenario_ids"]) <= set(held)
+    assert rec["criteria"]["max_domains"] == 1 and rec["criteria"]["domains_fitting"] == 2
+    with pytest.raises(EvalSetError, match="max_domains 1 is below min_domains 2"):
+        choose_eval_set(ws, scenarios=4, min_domains=2, max_prompt_tokens=100_000, name="x", tokenizer=tokenizer,
+                        max_domains=1)
