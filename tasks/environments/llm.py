@@ -191,7 +191,7 @@ async def _generate(client: LLMClient, domain_id: str, name: str, tools: list[To
     spec: DomainSpec | None = None
     for rnd in range(1, cfg.max_rounds + 1):
         ses.report["rounds"] = rnd
-        step, raw = "tables", None
+        raw = None
         try:
             if tables is None:
                 raw = await ses.ask("tables", cfg.max_tokens_tables, TABLES_SCHEMA)
@@ -207,7 +207,6 @@ async def _generate(client: LLMClient, domain_id: str, name: str, tools: list[To
                                                 allowed=", ".join(sorted(ALLOWED_IMPORTS - {"envs.toolkit", "__future__"}))))
                 ses.start("rows", P.ROWS.format(name=name, schema=schema_txt, n_rows=cfg.n_rows))
             if code is None:
-                step = "code"
                 raw = await ses.ask("code", cfg.max_tokens_code)
                 candidate = extract_code(raw)
                 problems = static_check(candidate, specs)
@@ -215,10 +214,8 @@ async def _generate(client: LLMClient, domain_id: str, name: str, tools: list[To
                     raise StepError("code", "; ".join(problems[:10]), raw)
                 code = candidate
             if rows is None:
-                step = "rows"
                 raw = await ses.ask("rows", cfg.max_tokens_rows, rows_schema(tables, cfg.n_rows))
                 rows = parse_rows(raw, tables, cfg.n_rows)
-            step = "validate"
             spec = DomainSpec(id=domain_id, name=name, description=f"LLM-synthesized environment over "
                               f"{', '.join(t.name for t in tables)}.", tools=specs, tables=tables,
                               synthesizer="llm", seed=seed, report={"plans": _plan_report(plans, entities)})

@@ -9,7 +9,6 @@ Generated code is only `compile()`d and walked as an AST here: what it may impor
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from typing import Any

@@ -77,7 +77,7 @@ def markdown(cmp: dict[str, Any], base_label: str = "base", trained_label: str =
             lines.append(f"| {name} ({block['scenarios']}) | {j} | {interval_text(row['base'])} | {interval_text(row['trained'])} "
                          f"| {'n/a' if row['overlap'] is None else ('yes' if row['overlap'] else 'no')} "
                          f"| {interval_text(row['difference'])} |")
-    lines += ["", f"pass^1 and failure reasons by scenario length (gold calls):", "",
+    lines += ["", "pass^1 and failure reasons by scenario length (gold calls):", "",
               f"| gold calls | scenarios | {base_label} pass^1 | {trained_label} pass^1 | {base_label} failures "
               f"| {trained_label} failures |", "|---|---|---|---|---|---|"]
     for n, sides in cmp["by_length"].items():

@@ -31,7 +31,6 @@ from envs.spec import DomainSpec
 from tasks.environments.quality import quality_summary
 from tasks.evaluation.compare import interval_text as _interval
 from tasks.evaluation.compare import markdown as compare_markdown
-from tasks.evaluation.compare import points as _points
 from tasks.evaluation.evaluate import eval_path
 from tasks.rollouts.conversation import sampling_temperature
 
@@ -384,7 +383,6 @@ def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int]
 def closed_loop_markdown(out: dict[str, Any]) -> str:
     """reports/closed_loop.md from reports/closed_loop.json (flows/closed_loop.py)."""
     cfg, ev, tr = out["config"], out["eval_set"], out["train"]
-    b, t = out["base"]["heldout"], out["trained"]["heldout"]
     lines = [
         "# Closed loop on CPU: SmolLM2-135M before and after SFT", "",
         (f"Evaluation set: {ev['scenarios']} held-out scenarios from {len(ev['domains'])} held-out domains "
