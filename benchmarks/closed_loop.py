@@ -54,9 +54,41 @@ class LoadSampler:
                 "cpus": os.cpu_count() or 0}
 
 
+def report_progress(ws, cfg, progress, no_copy: bool) -> None:
+    """Interim figures of a run that spans sessions (flows.closed_loop.progress), labelled as such."""
+    out = progress(ws, cfg)
+    out["when"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    out["workspace"] = str(ws.root)
+    lines = [f"# Closed loop: interim progress ({out['when']})", "",
+             f"Not the comparison: where the resumable run on {ws.root} stands, read from its files. Evaluation set: "
+             f"{out['eval_set']['scenarios']} held-out scenarios from {out['eval_domains']} held-out domains "
+             f"({out['eval_set']['single_call']} single-call, {out['eval_set']['multi_call']} multi-call), k = {out['k']}.", ""]
+    for name in ("base", "trained"):
+        r = out.get(name)
+        if r is None:
+            continue
+        if r["finished"]:
+            iv = r["intervals"]["overall"]["1"]
+            lines.append(f"- {name} ({r['model']}): finished; pass^1 {iv['estimate']:.3f} (95% CI {iv['low']:.3f}-"
+                         f"{iv['high']:.3f}), pass^k {r['pass^k']}; diagnostics {r['diagnostics']}; "
+                         f"{r['cost']['seconds_per_request']} s per agent request")
+        else:
+            lines.append(f"- {name} ({r['model']}): {r['trials']} of {r['of']} trials written")
+    tr = out.get("train")
+    if tr:
+        lines.append(f"- training: {'finished' if tr.get('finished', True) else 'running'}; "
+                     + ", ".join(f"{k} {v}" for k, v in tr.items() if k not in ("finished", "final_dir", "dataset", "eval")))
+    md = "\n".join(lines) + "\n"
+    print(md)
+    if not no_copy:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "closed_loop_progress.md").write_text(md)
+        (RESULTS / "closed_loop_progress.json").write_text(json.dumps(out, indent=1, default=str))
+
+
 def main() -> None:
     from agentscaler.workspace import Workspace
-    from flows.closed_loop import ClosedLoopConfig, closed_loop, scaling_curve
+    from flows.closed_loop import ClosedLoopConfig, closed_loop, progress, scaling_curve
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workspace", required=True)
@@ -76,6 +108,8 @@ def main() -> None:
     ap.add_argument("--server-threads", type=int, default=None, help="each model server's threads (default 1)")
     ap.add_argument("--server-replicas", type=int, default=None, help="model servers per evaluation (default 2)")
     ap.add_argument("--no-copy", action="store_true", help="do not copy the results to benchmarks/results/")
+    ap.add_argument("--progress", action="store_true", help="only report where a run stands (interim figures "
+                    "from the workspace's files) to benchmarks/results/closed_loop_progress.{json,md}")
     a = vars(ap.parse_args())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ws = Workspace(a.pop("workspace"))
@@ -83,6 +117,9 @@ def main() -> None:
     no_copy = a.pop("no_copy")
     if a.pop("no_tau2"):
         a["tau2"] = False
+    if a.pop("progress"):
+        report_progress(ws, ClosedLoopConfig(**{k: v for k, v in a.items() if v is not None}), progress, no_copy)
+        return
     if domains:
         a["scaling_points"] = [d.strip() for d in domains.split(",") if d.strip()]
     cfg = ClosedLoopConfig(**{k: v for k, v in a.items() if v is not None})

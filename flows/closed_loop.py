@@ -31,6 +31,7 @@ and scores each checkpoint (and the base model, 0 domains) with k = 1 on the sam
 
 from __future__ import annotations
 
+import ast
 import json
 import time
 from pathlib import Path
@@ -190,9 +191,11 @@ def ensure_eval_set(ws: Workspace, cfg: ClosedLoopConfig) -> dict[str, Any]:
 # --- 4/6. evaluation ----------------------------------------------------------------------------
 
 def rollout_config(cfg: ClosedLoopConfig, k: int) -> RolloutConfig:
+    """The evaluation's rollout settings, as tasks.evaluation.evaluate runs them (the user's goal check
+    off), so finished_evaluation finds the run evaluate() wrote (its id hashes these settings)."""
     temp = sampling_temperature(k)
     return RolloutConfig(max_turns=cfg.max_turns, max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
-                         temperature=temp, user_temperature=temp)
+                         temperature=temp, user_temperature=temp, goal_check=False)
 
 
 def evaluate_model(ws: Workspace, cfg: ClosedLoopConfig, checkpoint: Path, name: str, k: int,
@@ -365,6 +368,51 @@ def _eval_brief(ws: Workspace, report: dict[str, Any]) -> dict[str, Any]:
     return {**{k: report.get(k) for k in keys}, "pass^k": _overall(report),
             "intervals": {g: report["intervals"][g]["pass^k"] for g in ("overall", "single_call", "multi_call")},
             "cost": trajectory_stats(ws, report["run_id"])}
+
+
+def progress(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict[str, Any]:
+    """Where a long closed loop stands, read from its workspace only (nothing runs, nothing is
+    written there): the evaluation set, each model's held-out evaluation (its report when every trial
+    is written, else the trials so far) and the training (its result, else the logged steps so far).
+    For a run that spans sessions: interim figures from files, not from memory."""
+    cfg = cfg or ClosedLoopConfig()
+    ev = load_eval_set(ws, cfg.eval_set)
+    ids = ev["scenario_ids"]
+    out: dict[str, Any] = {"eval_set": {k: v for k, v in ev.items() if k in ("scenarios", "single_call", "multi_call",
+                                                                           "read_only", "by_length")},
+                           "eval_domains": len(ev["domains"]), "k": cfg.k}
+    out["base"] = _evaluation_progress(ws, f"{cfg.base_model}-base", cfg, ids)
+    model_dir = ws.root / "closed_loop" / "main" / "model"
+    if (model_dir / "result.json").exists() and (model_dir / "key.json").exists():
+        out["train"] = {k: v for k, v in _train_brief(json.loads((model_dir / "result.json").read_text())).items()
+                        if k != "curve"}
+        key = json.loads((model_dir / "key.json").read_text())["key"]
+        out["trained"] = _evaluation_progress(ws, f"{cfg.base_model}-sft-{key[:8]}", cfg, ids)
+    elif (model_dir / "train.log").exists():
+        out["train"] = {"finished": False, **_logged_steps(model_dir / "train.log")}
+    return out
+
+
+def _evaluation_progress(ws: Workspace, model: str, cfg: ClosedLoopConfig, ids: list[str]) -> dict[str, Any]:
+    run_id = default_run_id(model, rollout_config(cfg, cfg.k), cfg.k, ids)
+    done = finished_evaluation(ws, model, rollout_config(cfg, cfg.k), cfg.k, ids)
+    if done is not None:
+        return {"model": model, "run_id": run_id, "finished": True, **{k: v for k, v in _eval_brief(ws, done).items()
+                                                                      if k not in ("run_id", "model")}}
+    path = ws.rollout_dir(run_id) / "trajectories.jsonl"
+    trials = sum(1 for _ in path.open()) if path.exists() else 0
+    return {"model": model, "run_id": run_id, "finished": False, "trials": trials, "of": len(ids) * cfg.k}
+
+
+def _logged_steps(log: Path) -> dict[str, Any]:
+    """The optimizer steps a running training has logged (TRL's per-step dicts in its log)."""
+    steps = [ast.literal_eval(line.strip()) for line in log.read_text(errors="replace").splitlines()
+             if line.startswith("{'loss'")]
+    evals = [ast.literal_eval(line.strip()) for line in log.read_text(errors="replace").splitlines()
+             if line.startswith("{'eval_loss'")]
+    last = steps[-1] if steps else {}
+    return {"steps_logged": len(steps), "last_loss": last.get("loss"), "tokens_seen": last.get("num_tokens"),
+            "learning_rate": last.get("learning_rate"), "eval_loss": [e.get("eval_loss") for e in evals]}
 
 
 # --- the environment-scaling curve ---------------------------------------------------------------

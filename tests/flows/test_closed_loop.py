@@ -13,7 +13,8 @@ import pytest
 
 from agentscaler.artifacts import load_scenarios, load_trajectories
 from agentscaler.workspace import Workspace
-from flows.closed_loop import ClosedLoopConfig, closed_loop, gold_replay_run, stage_config, train_domains
+from flows.closed_loop import (ClosedLoopConfig, _logged_steps, closed_loop, gold_replay_run, progress, stage_config,
+                               train_domains)
 from tasks.rollouts.gold import GOLD_AGENT
 from tasks.scenarios.build import build_scenarios
 from tests.conftest import copy_workspace, load_shop_builder
@@ -104,3 +105,20 @@ def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     assert again["train"]["final_dir"] == out["train"]["final_dir"]
     assert again["base"]["heldout"]["run_id"] == out["base"]["heldout"]["run_id"]
     assert again["trained"]["heldout"]["cost"] == out["trained"]["heldout"]["cost"]
+    # ... and no model server was started for the finished evaluations (their reports were found)
+    assert again["base"]["heldout"].get("servers") is None and again["trained"]["heldout"].get("servers") is None
+    now = progress(ws, cfg)  # the interim report reads the same runs from the files
+    assert now["base"]["finished"] and now["base"]["run_id"] == out["base"]["heldout"]["run_id"]
+    assert now["trained"]["finished"] and now["trained"]["run_id"] == out["trained"]["heldout"]["run_id"]
+    assert now["train"]["global_step"] == out["train"]["global_step"]
+
+
+def test_progress_reads_a_running_training_log(tmp_path):
+    """The training's own log format (TRL's per-step dicts between progress lines), written here."""
+    log = tmp_path / "train.log"
+    log.write_text("progress: step 1/10\n{'loss': '0.17', 'learning_rate': '1e-06', 'num_tokens': '1.9e+04'}\n"
+                   "{'eval_loss': '0.13', 'eval_runtime': '150'}\nprogress: step 2/10 micro-batch 1/4\n"
+                   "{'loss': '0.14', 'learning_rate': '9.9e-05', 'num_tokens': '3.6e+04'}\n")
+    got = _logged_steps(log)
+    assert got == {"steps_logged": 2, "last_loss": "0.14", "tokens_seen": "3.6e+04", "learning_rate": "9.9e-05",
+                   "eval_loss": ["0.13"]}
