@@ -15,7 +15,7 @@ from agentscaler.errors import failure, is_transient
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
-from tasks.environments.validate import environment_files, keep_environment
+from tasks.environments.validate import environment_files
 from tasks.scenarios.build import build_scenarios
 
 RETRY_DELAYS_S = (2, 10)  # pauses before retrying a transiently failed domain (here and in build-domain)
@@ -27,8 +27,9 @@ def build_one(ws: Workspace, record: dict[str, Any], tools: list[Tool], synth: s
     t0 = time.perf_counter()
     # one sandbox worker per domain: validation's (started on the staging folder) builds the
     # scenarios too once the files are in place, when validation ran and left it healthy
-    with keep_environment() as kept:
-        spec = synthesize_domain(ws, record, tools, synth=synth, seed=seed)
+    kept: list[tuple[Any, str]] = []
+    try:
+        spec = synthesize_domain(ws, record, tools, synth=synth, seed=seed, keep=kept)
         name = f"{spec.name} {spec.id}"  # the name synthesis gave it (the UI's task run name guessed it)
         if log:
             log("synthesize %s: %d tools, %s of them execute (%.1f s)", name, len(spec.tools),
@@ -40,6 +41,9 @@ def build_one(ws: Workspace, record: dict[str, Any], tools: list[Tool], synth: s
         if env is not None:
             env.moved(final)
         scen = build_scenarios(ws, spec.id, per_domain=per_domain, max_length=max_length, seed=seed, env=env)
+    finally:
+        for e, _ in kept:
+            e.close()  # closing twice is a no-op
     if log:
         log("scenarios %s: %d kept%s (%.1f s)", name, scen.get("kept", 0),
             ", unchanged" if scen.get("skipped") else "", time.perf_counter() - t0)

@@ -63,10 +63,12 @@ def _content_id(syn: Any) -> str:
 
 def synthesize_domain(ws: Workspace, domain_record: dict[str, Any], tools: list[Tool], synth: str = "rules",
                       seed: int = 0, validate: bool = True, unsafe: bool = False,
-                      catalog: Catalog | None = None, synth_options: dict[str, Any] | None = None) -> DomainSpec:
+                      catalog: Catalog | None = None, synth_options: dict[str, Any] | None = None,
+                      keep: list[Any] | None = None) -> DomainSpec:
     """Build (or find) the environment of one domain and return its DomainSpec (report included).
 
-    synth_options: keyword arguments for the synthesizer (llm: client=LLMClient, config=SynthLLMConfig)."""
+    synth_options: keyword arguments for the synthesizer (llm: client=LLMClient, config=SynthLLMConfig).
+    keep: validation's sandbox worker is handed over in it instead of closed (validate_environment)."""
     domain_id = domain_record.get("domain") if isinstance(domain_record, dict) else None
     if not isinstance(domain_id, str) or not domain_id or "/" in domain_id or domain_id.startswith("."):
         raise SynthesisError(f"domain record without a valid 'domain' id: {str(domain_record)[:200]}")
@@ -74,7 +76,7 @@ def synthesize_domain(ws: Workspace, domain_record: dict[str, Any], tools: list[
     catalog.mark(domain_id, STAGE, "running")
     try:
         with ws.domain_lock(domain_id):  # two runs on one workspace build a domain once: the second finds it
-            spec = _build(ws, domain_id, domain_record, tools, synth, seed, validate, unsafe, synth_options)
+            spec = _build(ws, domain_id, domain_record, tools, synth, seed, validate, unsafe, synth_options, keep)
     except Exception as exc:
         catalog.mark(domain_id, STAGE, "failed", error=error_text(exc))
         tag_stage(exc, STAGE)
@@ -84,7 +86,8 @@ def synthesize_domain(ws: Workspace, domain_record: dict[str, Any], tools: list[
 
 
 def _build(ws: Workspace, domain_id: str, record: dict[str, Any], tools: list[Tool], synth: str, seed: int,
-           validate: bool, unsafe: bool, synth_options: dict[str, Any] | None = None) -> DomainSpec:
+           validate: bool, unsafe: bool, synth_options: dict[str, Any] | None = None,
+           keep: list[Any] | None = None) -> DomainSpec:
     members = domain_tools(record, tools)
     if not members:
         raise SynthesisError(f"domain {domain_id}: none of its tools are in the corpus")
@@ -116,7 +119,7 @@ def _build(ws: Workspace, domain_id: str, record: dict[str, Any], tools: list[To
                        "writes": sum(t.kind == "write" for t in spec.tools)})
         atomic_write_json(stage / "spec.json", json.loads(spec.model_dump_json()))
         if validate:
-            v = validate_environment(stage, spec, seed=seed, unsafe=unsafe)
+            v = validate_environment(stage, spec, seed=seed, unsafe=unsafe, keep=keep)
             report["validation"] = v
             report.update({k: v[k] for k in ("executes", "runs", "tools_total", "execute_rate", "failures",
                                              "quality")})

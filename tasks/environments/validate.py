@@ -20,9 +20,6 @@ import random
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +31,6 @@ from envs.spec import DomainSpec, ToolSpec
 from tasks.environments.quality import environment_quality
 from tasks.scenarios.arguments import StateView, ground_arguments, read_seed
 from tasks.scenarios.quality import is_empty
-
-# Set by keep_environment(): validate_environment hands its sandboxed environment to the caller
-# instead of closing it (a build then builds the domain's scenarios on the same worker: one
-# sandbox start per domain, not two; flows/build_worker.build_one).
-_KEEP: ContextVar[list[tuple[Environment, str]] | None] = ContextVar("keep_validated_environment", default=None)
 
 REASONS = ("syntax", "missing_function", "signature", "load", "tool_error", "no_state_change", "read_mutated",
            "invalid_arguments", "environment", "empty_result")
@@ -97,27 +89,16 @@ def environment_files(domain_dir: Path) -> str:
     return h.hexdigest()
 
 
-@contextmanager
-def keep_environment() -> Iterator[list[tuple[Environment, str]]]:
-    """Within this block (this thread or task), each validate_environment that ends with its
-    sandbox worker healthy appends (its open Environment, environment_files of the folder it
-    ran) to the yielded list instead of closing it; the caller may use one whose fingerprint is
-    that of the folder the files went to (Environment.moved), and everything in the list is
-    closed when the block ends."""
-    kept: list[tuple[Environment, str]] = []
-    token = _KEEP.set(kept)
-    try:
-        yield kept
-    finally:
-        _KEEP.reset(token)
-        for env, _ in kept:
-            env.close()  # closing twice is a no-op
-
-
 # --- the suite ------------------------------------------------------------------------------------
 def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries: int = 8, seed: int = 0,
-                         unsafe: bool = False, quality: bool = True) -> dict[str, Any]:
-    """Run the validation suite on a domain folder; returns {"tools": {name: report}, counts...}."""
+                         unsafe: bool = False, quality: bool = True,
+                         keep: list[tuple[Environment, str]] | None = None) -> dict[str, Any]:
+    """Run the validation suite on a domain folder; returns {"tools": {name: report}, counts...}.
+
+    keep: when given, a sandbox worker left healthy is appended to it as (the open Environment,
+    environment_files of domain_dir) instead of being closed; the caller closes it. A build then
+    builds the domain's scenarios on the same worker once the files are in place (one sandbox start
+    per domain, not two: flows/build_worker.build_one, Environment.moved)."""
     t0 = time.perf_counter()
     domain_dir = Path(domain_dir)
     spec = spec or DomainSpec.load(domain_dir)
@@ -223,14 +204,14 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                 r["reason"] = "environment"
                 r["errors"].append(f"{type(exc).__name__}: {exc}"[:300])
     finally:
-        kept, files = _KEEP.get(), None
-        if kept is not None and healthy:
+        files = None
+        if keep is not None and healthy:
             try:
                 files = environment_files(domain_dir)
             except (OSError, ValueError):  # unreadable now: nobody can tell it is the same environment
                 files = None
         if files is not None:
-            kept.append((env, files))
+            keep.append((env, files))
         else:
             try:
                 env.close()
