@@ -31,8 +31,8 @@ and scores each checkpoint (and the base model, 0 domains) with k = 1 on the sam
 
 from __future__ import annotations
 
-import ast
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -67,6 +67,7 @@ from training.gguf_convert import convert_smollm2, load_tokenizer
 from training.tiny import build_tiny_model
 
 GOLD_RUN = "gold-replay"
+LOG_ITEM = re.compile(r"'(\w+)': '([^']*)'")  # a key and its value in a logged dict
 SCALING_POINTS = ("8", "32", "128", "all")
 
 
@@ -405,11 +406,11 @@ def _evaluation_progress(ws: Workspace, model: str, cfg: ClosedLoopConfig, ids: 
 
 
 def _logged_steps(log: Path) -> dict[str, Any]:
-    """The optimizer steps a running training has logged (TRL's per-step dicts in its log)."""
-    steps = [ast.literal_eval(line.strip()) for line in log.read_text(errors="replace").splitlines()
-             if line.startswith("{'loss'")]
-    evals = [ast.literal_eval(line.strip()) for line in log.read_text(errors="replace").splitlines()
-             if line.startswith("{'eval_loss'")]
+    """The optimizer steps a running training has logged (TRL's per-step dicts in its log: one
+    line each, string values, e.g. {'loss': '0.1449', 'learning_rate': '9.969e-05', ...})."""
+    lines = log.read_text(errors="replace").splitlines()
+    steps = [dict(LOG_ITEM.findall(line)) for line in lines if line.startswith("{'loss'")]
+    evals = [dict(LOG_ITEM.findall(line)) for line in lines if line.startswith("{'eval_loss'")]
     last = steps[-1] if steps else {}
     return {"steps_logged": len(steps), "last_loss": last.get("loss"), "tokens_seen": last.get("num_tokens"),
             "learning_rate": last.get("learning_rate"), "eval_loss": [e.get("eval_loss") for e in evals]}
