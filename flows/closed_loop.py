@@ -88,7 +88,9 @@ class ClosedLoopConfig(BaseModel):
     max_turns: int = 3  # scripted-user turns after the request
     max_steps: int = 4  # agent tool-call rounds per turn
     max_tokens: int = 256
-    n_ctx: int = 8192  # the serving context (SmolLM2 is trained to 8192 positions)
+    # the llama.cpp servers' context, the same for every model compared (SmolLM2 is trained to 8192
+    # positions; the evaluation set keeps prompts <= max_prompt_tokens so conversations fit in 4096)
+    n_ctx: int = 4096
     # the server's CPU threads (decode and prompt), the same for every model compared: 1, because two
     # threads spin against each other when the 2 cores are busy (a 3-request trial took 612 s at load 14)
     server_threads: int = 1
@@ -209,10 +211,10 @@ def evaluate_model(ws: Workspace, cfg: ClosedLoopConfig, checkpoint: Path, name:
         return {"heldout": done}  # a resumed loop: nothing to roll out, no server to start
     out: dict[str, Any] = {}
     t0 = time.perf_counter()
-    hf_options = {"max_new_tokens": cfg.max_tokens} if cfg.engine == "hf" else {}
+    options = {"max_new_tokens": cfg.max_tokens} if cfg.engine == "hf" else {"n_ctx": cfg.n_ctx}
     with serve(LOCAL, checkpoint=checkpoint, engine=cfg.engine, precision=cfg.precision, model_alias=name,
                threads=cfg.server_threads, replicas=cfg.server_replicas, log_path=ws.reports_dir / f"server-{name}.log",
-               **hf_options) as urls:
+               **options) as urls:
         out["heldout"] = evaluate(ws, urls, model=name, k=k, split="heldout", scenario_ids=ids,
                                   cfg=rollout_config(cfg, k), concurrency=1, timeout=600)
         out["heldout"]["servers"] = len(urls)
