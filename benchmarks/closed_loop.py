@@ -54,9 +54,8 @@ class LoadSampler:
                 "cpus": os.cpu_count() or 0}
 
 
-def report_progress(ws, cfg, progress, no_copy: bool) -> None:
-    """Interim figures of a run that spans sessions (flows.closed_loop.progress), labelled as such."""
-    out = progress(ws, cfg)
+def report_progress(ws, out: dict, no_copy: bool) -> None:
+    """Interim figures of a run that spans sessions (`out`: flows.closed_loop.progress), labelled as such."""
     out["when"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     out["workspace"] = str(ws.root)
     lines = [f"# Closed loop: interim progress ({out['when']})", "",
@@ -117,12 +116,13 @@ def main() -> None:
     no_copy = a.pop("no_copy")
     if a.pop("no_tau2"):
         a["tau2"] = False
-    if a.pop("progress"):
-        report_progress(ws, ClosedLoopConfig(**{k: v for k, v in a.items() if v is not None}), progress, no_copy)
-        return
+    only_progress = a.pop("progress")
     if domains:
         a["scaling_points"] = [d.strip() for d in domains.split(",") if d.strip()]
     cfg = ClosedLoopConfig(**{k: v for k, v in a.items() if v is not None})
+    if only_progress:
+        report_progress(ws, progress(ws, cfg), no_copy)
+        return
     t0 = time.time()
     with LoadSampler() as load:
         out = scaling_curve(ws, cfg) if domains else closed_loop(ws, cfg)

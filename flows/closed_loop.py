@@ -397,8 +397,9 @@ def progress(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict[str, An
 
 
 def _evaluation_progress(ws: Workspace, model: str, cfg: ClosedLoopConfig, ids: list[str]) -> dict[str, Any]:
-    run_id = default_run_id(model, rollout_config(cfg, cfg.k), cfg.k, ids)
-    done = finished_evaluation(ws, model, rollout_config(cfg, cfg.k), cfg.k, ids)
+    rcfg = rollout_config(cfg, cfg.k)
+    run_id = default_run_id(model, rcfg, cfg.k, ids)
+    done = finished_evaluation(ws, model, rcfg, cfg.k, ids)
     if done is not None:
         return {"model": model, "run_id": run_id, "finished": True, **{k: v for k, v in _eval_brief(ws, done).items()
                                                                       if k not in ("run_id", "model")}}

@@ -172,11 +172,7 @@ def generate(env: Any, spec: DomainSpec, domain_dir: Path, domain_id: str, param
                     n_reads += read_only
                     continue
                 if params.verify_replay:
-                    h2, outs2 = replay(ep, calls)
-                    if read_only and h2 != seed_hash:
-                        raise Dropped("read_changed_state")
-                    if h2 != final_hash or not _same_outputs(outs2, calls):
-                        raise Dropped("nondeterministic", "replay reached another state or output")
+                    _check_replay(*replay(ep, calls), calls, final_hash, seed_hash, read_only)
                 elif env.state_hash() != final_hash:
                     raise Dropped("read_changed_state" if read_only else "nondeterministic")
                 keep(sid, calls, final_hash, read_only, c, [] if read_only else env.diff())
@@ -194,10 +190,7 @@ def generate(env: Any, spec: DomainSpec, domain_dir: Path, domain_id: str, param
                 if isinstance(got, Dropped):
                     raise got
                 h2, outs2, image = got
-                if read_only and h2 != seed_hash:
-                    raise Dropped("read_changed_state")
-                if h2 != final_hash or not _same_outputs(outs2, calls):
-                    raise Dropped("nondeterministic", "replay reached another state or output")
+                _check_replay(h2, outs2, calls, final_hash, seed_hash, read_only)
                 keep(sid, calls, final_hash, read_only, c, [] if read_only else oracle.diff(image, None))
             except Dropped as d:
                 drop(d.reason, sid, calls, read_only)
@@ -212,9 +205,15 @@ def generate(env: Any, spec: DomainSpec, domain_dir: Path, domain_id: str, param
     return kept, report
 
 
-def _same_outputs(outputs: list[Any], calls: list[dict[str, Any]]) -> bool:
-    return json.dumps(outputs, sort_keys=True, default=str) == \
-        json.dumps([x["output"] for x in calls], sort_keys=True, default=str)
+def _check_replay(h2: str, outputs: list[Any], calls: list[dict[str, Any]], final_hash: str, seed_hash: str,
+                  read_only: bool) -> None:
+    """The determinism check of a walk replayed from the seed: Dropped unless it reached the walk's
+    final state and outputs (a read-only walk: the seed's state)."""
+    if read_only and h2 != seed_hash:
+        raise Dropped("read_changed_state")
+    if h2 != final_hash or json.dumps(outputs, sort_keys=True, default=str) != \
+            json.dumps([x["output"] for x in calls], sort_keys=True, default=str):
+        raise Dropped("nondeterministic", "replay reached another state or output")
 
 
 def build_scenarios(ws_or_domain_dir: Workspace | Path | str, domain_id: str, per_domain: int = 20,

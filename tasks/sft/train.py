@@ -88,11 +88,11 @@ def train_stage(ws: Workspace, stage: int, config: Path | None = None, max_steps
                 log.flush()
                 tail = (tail + [line.rstrip()])[-40:]
                 if (m := _STEP.search(line.strip())) is not None:  # search: a stray tqdm bar may prefix the line
-                    # a budgeted run's step total is a placeholder (the clock stops it): no total, no ETA from it
-                    bar.total = None if cfg.budget_minutes else int(m[2])
                     note = f"micro-batch {m[3]}/{m[4]}" if m[3] else ""
-                    if cfg.budget_minutes:
-                        note = f"budget {cfg.budget_minutes:g} min" + (f", {note}" if note else "")
+                    if cfg.budget_minutes:  # the step total is a placeholder (the clock stops the run): no ETA from it
+                        bar.total, note = None, f"budget {cfg.budget_minutes:g} min" + (f", {note}" if note else "")
+                    else:
+                        bar.total = int(m[2])
                     bar.advance(int(m[1]) - bar.done, note=note)
                 if on_line is not None:
                     on_line(line.rstrip())
