@@ -6,11 +6,15 @@ wall time): read (orjson + validation), scenarios, argument validators, static c
 round trips on the verifier's side (calls checked, encoded, replies decoded), the state hash of
 each written image, verdicts, the two files written, freeing the run; and the sandbox processes'
 CPU over the same replays (/proc). The first use of each domain's state oracle (its seed digests)
-is counted apart: a long-lived verifier pays it once per domain.
+is counted apart: a long-lived verifier pays it once per domain; with the digests and pages a
+build stores beside the seed (envs.episode.ORACLE_FILE: the workspace's are written first where
+missing, as `build` writes them) it costs less, and a second table times opening the oracles
+both ways.
 
     .venv/bin/python benchmarks/bench_verify_parts.py --workspace WS [--quick]
 
-WS: a real workspace with a gold-replay run (bench_verify.py builds one with --build); only read.
+WS: a real workspace with a gold-replay run (bench_verify.py builds one with --build); only read, but
+for the state oracles' files beside the seeds (written where missing, as `build` writes them).
 --quick: its first 40 domains. Without --workspace (or AGENTSCALER_BENCH_WS) nothing is measured.
 """
 
@@ -108,6 +112,33 @@ def parts(ws: Workspace) -> tuple[int, dict[str, float], float]:
     return n, dict(cpu), sandbox
 
 
+def oracle_opening(ws: Workspace, domains: list[str], repeats: int = 3) -> dict[str, float]:
+    """CPU seconds (min of `repeats`) to open every domain's state oracle, seed read included,
+    as a verifier opens it: with the digests and pages a build stored beside the seed
+    (envs.episode.ORACLE_FILE; stored here first where missing or stale, as a build does), and
+    computing them (no stored file: a workspace built before it existed). No sandbox."""
+    from envs import store
+    from envs.episode import read_state_oracle, write_state_oracle
+    from envs.spec import DomainSpec
+    from envs.state import StateOracle
+
+    dirs = [ws.domain_dir(d) for d in domains]
+    for d in dirs:
+        write_state_oracle(d)
+    specs = [DomainSpec.load(d) for d in dirs]
+    out: dict[str, list[float]] = {"stored": [], "computed": []}
+    for _ in range(repeats):
+        for mode in out:
+            c0 = time.process_time()
+            for d, spec in zip(dirs, specs):
+                o = StateOracle(spec.tables, store.load_seed_bytes(d / spec.seed_path),
+                                read_state_oracle(d) if mode == "stored" else None)
+                assert o.from_store == (mode == "stored")
+                o.close()
+            out[mode].append(time.process_time() - c0)
+    return {k: min(v) for k, v in out.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workspace", type=Path, default=os.environ.get("AGENTSCALER_BENCH_WS") or None)
@@ -120,6 +151,7 @@ def main() -> None:
             rec.notes.append("no real workspace given (--workspace or AGENTSCALER_BENCH_WS): nothing measured")
         else:
             ws, doms = staged(Path(a.workspace), a.quick, Path(tmp))
+            opened = oracle_opening(ws, doms[:QUICK_DOMAINS] if a.quick else doms)
             n, cpu, sandbox = parts(ws)
             label = (f"real ({'quick' if a.quick else 'full'}): {a.workspace} gold replays, {n} trajectories, "
                      f"{QUICK_DOMAINS if a.quick else len(doms)} domains")
@@ -132,6 +164,15 @@ def main() -> None:
                                           median=round(us, 1), workload=label))
                 md.append(f"| {name} | {us:.1f} | {100 * s / total:.0f}% |")
             md.append(f"| total | {1e6 * total / n:.1f} | 100% |")
+            k = QUICK_DOMAINS if a.quick else len(doms)
+            md += ["", "Opening the state oracles alone (seed read + oracle; min of 3; no sandbox): the seed's "
+                   "digests and pages as a build stored them (envs.episode.ORACLE_FILE), or computed.\n",
+                   "| state oracles | ms per domain | us per trajectory |", "|---|---|---|"]
+            for mode, s in opened.items():
+                rec.figures.append(Figure(name=f"state oracles' opening, digests {mode}", value=round(1e3 * s / k, 3),
+                                          unit="ms/domain", median=round(1e3 * s / k, 3), workload=label))
+                md.append(f"| digests {mode} | {1e3 * s / k:.3f} | {1e6 * s / n:.1f} |")
+            md.append(f"| ratio computed / stored | {opened['computed'] / opened['stored']:.2f}x | |")
             rec.notes.append("one thread, parts one after another: no overlap of the verifier with the sandbox")
     print(rec.write("\n".join(md)).read_text())
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentscaler.schemas import check, value_problem
+from agentscaler.workspace import atomic_write_json
 from envs import store
 from envs.fastcheck import flat_checker
 from envs.hosted import EpisodeSlot, HostedWorker, SlotLost
@@ -35,6 +36,9 @@ from envs.state import StateOracle
 __all__ = ["Environment", "ToolResult", "SandboxError"]
 
 STATE_TIMEOUT = 120.0  # reset / restore / snapshot on big databases
+# Beside seed.sqlite: the state oracle's seed digests and pages (StateOracle.stored()), written when
+# the domain's scenarios are built; used only when its key matches the seed and tables read now.
+ORACLE_FILE = "state_oracle.json"
 _SEED = object()  # Environment._image: the state is the seed
 
 
@@ -116,6 +120,31 @@ def _start_worker(domain_dir: Path, *, unsafe: bool = False, time_limit: float =
         worker.close()
         raise SandboxError(f"{domain_dir}: {worker.load_error}")
     return spec, worker
+
+
+def read_state_oracle(domain_dir: Path) -> Any:
+    """The ORACLE_FILE beside a domain's seed, as stored (StateOracle checks its key), or None."""
+    try:
+        return json.loads((Path(domain_dir) / ORACLE_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def write_state_oracle(domain_dir: Path | str) -> bool:
+    """Keep the state oracle's seed digests and pages beside the domain's seed (ORACLE_FILE), so
+    that a later opening of the domain (a verifier's) takes them instead of computing them. No
+    tool code runs (the oracle reads the seed here). True when written, False when the one there
+    is already for this seed and these tables."""
+    domain_dir = Path(domain_dir)
+    spec = DomainSpec.load(domain_dir)
+    oracle = StateOracle(spec.tables, store.load_seed_bytes(domain_dir / spec.seed_path), read_state_oracle(domain_dir))
+    try:
+        if oracle.from_store:
+            return False
+        atomic_write_json(domain_dir / ORACLE_FILE, oracle.stored())
+        return True
+    finally:
+        oracle.close()
 
 
 class Environment:
@@ -570,7 +599,7 @@ class Environment:
 
     def _state(self) -> StateOracle:
         if self._oracle is None:
-            self._oracle = StateOracle(self.spec.tables, self._seed_bytes())
+            self._oracle = StateOracle(self.spec.tables, self._seed_bytes(), read_state_oracle(self.domain_dir))
         return self._oracle
 
     def state_oracle(self) -> StateOracle:

@@ -333,6 +333,20 @@ def changed_pages(a: bytes, b: bytes) -> set[int] | None:
     return out
 
 
+ORACLE_VERSION = 1  # of StateOracle.stored()'s content; bump when what it holds or means changes
+
+
+def oracle_key(plan: StatePlan, seed: bytes) -> str:
+    """What a state oracle's seed digests and pages are a function of: the hash version, the
+    digest queries and column lists of every table (the spec's tables as hashed) and the seed's bytes."""
+    h = hashlib.sha256(f"state-oracle-v{ORACLE_VERSION}-hash-v{HASH_VERSION}\n".encode())
+    for p in plan.tables:
+        h.update(json.dumps([p.name, [c.name for c in p.cols], p.sql["json"]["digest"], p.sql["quote"]["digest"]])
+                 .encode("utf-8", "surrogatepass"))
+    h.update(seed)
+    return h.hexdigest()
+
+
 class StateOracle:
     """State hash and field diff of episode images, computed here from database bytes.
 
@@ -344,9 +358,12 @@ class StateOracle:
     its root page (the schema, compared in full): if no page of the seed's tree changed, reading
     the table reads the same pages. Against the seed, not the last image: an episode's image
     differs from the seed only where it wrote, so each load digests just those tables and never
-    needs dbstat again (verification hashes thousands of unrelated episodes one after another)."""
+    needs dbstat again (verification hashes thousands of unrelated episodes one after another).
+    `stored`: a previous oracle's stored() for the same seed (a build keeps it beside the seed):
+    its seed digests and pages are taken instead of computed (a few ms per domain when a
+    verifier opens it); one for another seed or other tables is ignored."""
 
-    def __init__(self, tables: list[Any], seed: bytes):
+    def __init__(self, tables: list[Any], seed: bytes, stored: Any = None):
         self.plan = StatePlan(tables)
         self.names = [p.name for p in self.plan.tables]
         self.seed = seed
@@ -354,13 +371,39 @@ class StateOracle:
         self.db = _Image(seed)
         self.image = seed
         self.schema = self.db.schema()
-        self.digests = self._digest(self.names)
+        self.key = oracle_key(self.plan, seed)
+        known = self._known(stored)  # the seed's digests and pages from a build, when they are for this seed
+        self.from_store = known is not None
+        self.digests = known[0] if known is not None else self._digest(self.names)
         self.seed_digests = dict(self.digests)
         self.seed_keyed: dict[str, tuple] = {}
         self.seed_schema = self.schema
         self.seed_layout = _layout(seed)
         self.prepared_on_seed = True  # the connection's prepared statements were prepared on the seed's schema
-        self.pages = self._pages(self.names)  # the seed's pages of each table
+        self.pages = known[1] if known is not None else self._pages(self.names)  # the seed's pages of each table
+
+    def _known(self, stored: Any) -> tuple[dict[str, str], dict[str, set[int]] | None] | None:
+        """(seed digests, seed pages) from stored(), or None when it is not for this seed and these
+        tables (another key) or not of stored()'s form: then they are computed."""
+        if not isinstance(stored, dict) or stored.get("key") != self.key:
+            return None
+        digests, pages = stored.get("digests"), stored.get("pages")
+        if not isinstance(digests, dict) or sorted(digests) != sorted(self.names) \
+                or not all(isinstance(v, str) for v in digests.values()):
+            return None
+        if pages is None:
+            return dict(digests), None
+        if not isinstance(pages, dict) or sorted(pages) != sorted(self.names) or not all(
+                isinstance(v, list) and all(type(x) is int for x in v) for v in pages.values()):
+            return None
+        return dict(digests), {n: set(v) for n, v in pages.items()}
+
+    def stored(self) -> dict[str, Any]:
+        """What a build keeps beside the seed (envs.episode.ORACLE_FILE) so that opening the domain
+        later need not digest the seed and read its pages again: its key (oracle_key) makes one
+        made for another seed, other tables or another hash version count as absent."""
+        pages = None if self.pages is None else {n: sorted(p) for n, p in self.pages.items()}
+        return {"key": self.key, "digests": self.seed_digests, "pages": pages}
 
     def _digest(self, names: Any) -> dict[str, str]:
         conn = self.db.start()

@@ -36,7 +36,7 @@ from agentscaler.errors import error_text, tag_stage
 from agentscaler.hashing import content_hash
 from agentscaler.models import GoldCall, Scenario
 from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_jsonl, file_lock
-from envs.episode import Environment
+from envs.episode import Environment, write_state_oracle
 from envs.spec import DomainSpec
 from envs.state import HASH_VERSION
 from tasks.scenarios.arguments import StateView
@@ -258,6 +258,7 @@ def _build_scenarios(ws_or_domain_dir: Workspace | Path | str, domain_id: str, p
         meta = json.loads(meta_path.read_text("utf-8"))
         if meta.get("params_hash") == params.key() and meta.get("env_hash") == env_hash \
                 and meta.get("file_hash") == _file_hash(out_path):
+            write_state_oracle(domain_dir)  # (a workspace built before the file existed gets it)
             return {**meta.get("report", {}), "skipped": True, "path": str(out_path)}
     if catalog is not None:
         catalog.mark(domain_id, STAGE, "running")
@@ -272,6 +273,7 @@ def _build_scenarios(ws_or_domain_dir: Workspace | Path | str, domain_id: str, p
             if own_env:
                 env.close()
         atomic_write_jsonl(out_path, [s.model_dump(mode="json") for s in scenarios])
+        write_state_oracle(domain_dir)  # the seed's digests, once here rather than at each verifier's opening
         report.update(seconds=round(time.perf_counter() - t0, 4), skipped=False, path=str(out_path))
         fh = _file_hash(out_path)
         atomic_write_json(meta_path, {"params": params.model_dump(), "params_hash": params.key(),

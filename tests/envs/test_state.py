@@ -253,3 +253,59 @@ def test_the_oracle_prepares_again_for_an_image_laid_out_otherwise():
         assert oracle.hash(honest) == plan.state_hash(conn)
         assert oracle.hash(forged) == plan.state_hash(check) != oracle.hash(seed)
         assert oracle.hash(seed) == plan.state_hash(_db(POLICY + EXACT, rows))
+
+
+def test_a_stored_oracle_is_taken_only_for_its_own_seed_and_tables():
+    """A build keeps the oracle's seed digests and pages (stored()); an oracle given them for the
+    same seed and tables takes them and hashes and diffs every image as one that computed them;
+    given them for another seed, other tables, or in another form, it computes its own."""
+    from envs.state import StateOracle
+
+    rows = {"users": [(f"u{i}", f"u{i}@x", 1.0, "t") for i in range(20)], "items": [(i, "x" * 300, i, 1.5, None)
+                                                                                   for i in range(40)]}
+    conn = _db(POLICY + EXACT, rows)
+    seed = bytes(conn.serialize())
+    built = StateOracle(POLICY + EXACT, seed)
+    stored = built.stored()
+    again = StateOracle(POLICY + EXACT, seed, stored)
+    assert again.from_store and again.seed_digests == built.seed_digests and again.pages == built.pages
+    conn.execute("UPDATE items SET qty = 7 WHERE id = 3")
+    conn.execute("INSERT INTO users VALUES ('new', 'n@x', 2.0, 't')")
+    image = bytes(conn.serialize())
+    assert again.hash(image) == built.hash(image) == StatePlan(POLICY + EXACT).state_hash(conn) != again.hash(seed)
+    assert again.diff(image) == built.diff(image) != []
+
+    forged = {**stored, "digests": {k: "0" * 64 for k in stored["digests"]}}
+    other_seed = bytes(_db(POLICY + EXACT, {"items": rows["items"]}).serialize())
+    other_tables = [TableSpec(name="items", primary_key=["id"], columns=[c.model_copy(update={"policy": "ignore"})
+                                                                        if c.name == "label" else c
+                                                                        for c in EXACT[0].columns])] + POLICY
+    for tables, data, given in ((POLICY + EXACT, other_seed, stored), (other_tables, seed, stored),
+                                (POLICY + EXACT, seed, {**stored, "pages": {"items": "1"}}),
+                                (POLICY + EXACT, seed, {**stored, "digests": {}}), (POLICY + EXACT, seed, None)):
+        o = StateOracle(tables, data, given)
+        assert not o.from_store and o.seed_digests == StateOracle(tables, data).seed_digests
+    # the key is the seed's and the tables': digests forged under the right key are believed, as
+    # the seed and gold hashes beside them are (the domain folder is the verifier's own input)
+    assert StateOracle(POLICY + EXACT, seed, forged).from_store
+
+
+def test_write_state_oracle_keeps_a_current_file(shop_domain):
+    """write_state_oracle writes the file once for a seed; an Environment's oracle would take it."""
+    import json
+
+    from envs.episode import ORACLE_FILE, read_state_oracle, write_state_oracle
+    from envs.spec import DomainSpec
+    from envs.state import StateOracle
+    from envs import store
+
+    assert write_state_oracle(shop_domain) and (shop_domain / ORACLE_FILE).exists()
+    assert not write_state_oracle(shop_domain)  # current: not written again
+    spec = DomainSpec.load(shop_domain)
+    seed = store.load_seed_bytes(shop_domain / spec.seed_path)
+    o = StateOracle(spec.tables, seed, read_state_oracle(shop_domain))
+    assert o.from_store and o.seed_digests == StateOracle(spec.tables, seed).seed_digests
+    stale = json.loads((shop_domain / ORACLE_FILE).read_text())
+    (shop_domain / ORACLE_FILE).write_text(json.dumps({**stale, "key": "0" * 64}))
+    assert write_state_oracle(shop_domain)  # stale: written again
+    assert json.loads((shop_domain / ORACLE_FILE).read_text()) == stale
