@@ -77,6 +77,15 @@ def report_progress(ws, out: dict, no_copy: bool) -> None:
     if tr:
         lines.append(f"- training: {'finished' if tr.get('finished', True) else 'running'}; "
                      + ", ".join(f"{k} {v}" for k, v in tr.items() if k not in ("finished", "final_dir", "dataset", "eval")))
+    cmp = out.get("interim_comparison")
+    if cmp:
+        from tasks.evaluation.compare import markdown as compare_markdown
+
+        lines += ["", f"## Interim comparison: {cmp['scenarios']} of {cmp['of']} held-out scenarios", "",
+                  f"Base vs trained on the scenarios whose {cmp['trials_each']} trials both models have written "
+                  "so far, verified in memory as the finished evaluation verifies them. Not the final figure: "
+                  "these are the first domains in the evaluation's order, not a sample of the set.", "",
+                  compare_markdown(cmp["comparison"], "base", "trained").rstrip("\n")]
     md = "\n".join(lines) + "\n"
     print(md)
     if not no_copy:
@@ -87,7 +96,7 @@ def report_progress(ws, out: dict, no_copy: bool) -> None:
 
 def main() -> None:
     from agentscaler.workspace import Workspace
-    from flows.closed_loop import ClosedLoopConfig, closed_loop, progress, scaling_curve
+    from flows.closed_loop import ClosedLoopConfig, closed_loop, interim_comparison, progress, scaling_curve
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workspace", required=True)
@@ -121,7 +130,7 @@ def main() -> None:
         a["scaling_points"] = [d.strip() for d in domains.split(",") if d.strip()]
     cfg = ClosedLoopConfig(**{k: v for k, v in a.items() if v is not None})
     if only_progress:
-        report_progress(ws, progress(ws, cfg), no_copy)
+        report_progress(ws, {**progress(ws, cfg), "interim_comparison": interim_comparison(ws, cfg)}, no_copy)
         return
     t0 = time.time()
     with LoadSampler() as load:

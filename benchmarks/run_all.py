@@ -171,14 +171,54 @@ def figures_table(results: list[Results], status: dict[str, dict[str, object]], 
 
 
 def closed_loop_table(out_dir: Path) -> str:
-    """Base vs trained from closed_loop.json, like with like: wall vs wall, agent LLM time vs LLM time.
-
-    A phase whose wall time is below its own LLM time was resumed (its conversations ran in an earlier
-    invocation), so its wall time is not comparable and the row says so."""
+    """Base vs trained from closed_loop.json: flows/closed_loop.py's comparison (pass^k with intervals,
+    paired differences, by length, how far the agent got), then training and cost per request.
+    A file in the earlier format (one baseline/trained row each, before flows/closed_loop.py) still renders."""
     p = out_dir / "closed_loop.json"
     if not p.exists():
         return "No closed-loop results yet (`make bench BENCH=closed_loop`).\n"
     d = json.loads(p.read_text())
+    if "comparison" in d:
+        return _closed_loop_comparison(d)
+    return _closed_loop_rows(d)
+
+
+def _closed_loop_comparison(d: dict) -> str:
+    """The comparison's tables (tasks.evaluation.compare.markdown), with where they come from."""
+    from tasks.evaluation.compare import markdown as compare_markdown
+
+    cfg, ev, tr, bench = d["config"], d["eval_set"], d["train"], d.get("benchmark", {})
+    base, trained = d["base"]["heldout"], d["trained"]["heldout"]
+    val = [v["loss"] for v in tr.get("curve", {}).get("validation", [])]
+    load = bench.get("load_average")
+    lines = [
+        f"From `benchmarks/results/closed_loop.json` (`benchmarks/closed_loop.py`): {ev['scenarios']} held-out "
+        f"scenarios from {len(ev['domains'])} held-out domains ({ev['single_call']} single-call, {ev['multi_call']} "
+        f"multi-call), k = {cfg['k']}, the same scenarios and decoding for both models ({d.get('runtime', '')}); "
+        f"trained {tr['global_step']} optimizer steps in {tr['train_seconds']:.0f} s ({cfg['budget_minutes']} min "
+        f"budget, {tr['tokens_per_second'] or 0:.0f} tokens/s, {tr['epochs'] or 0:.2f} epoch), train loss "
+        f"{tr['first_loss']:.3f} → {tr['last_loss']:.3f}"
+        + (f", validation loss {val[0]:.3f} → {val[-1]:.3f}" if val else "")
+        + (f"; load (1 min) {load['min']}-{load['max']}, median {load['median']}, on {load['cpus']} CPUs "
+           "during the last invocation" if load else "; load not recorded") + ".", "",
+        compare_markdown(d["comparison"], base["model"], trained["model"]).rstrip("\n"), "",
+        "| model | suite | conversations | agent requests | s per agent request | format errors | tool calls run |",
+        "|---|---|---|---|---|---|---|"]
+    for side in ("base", "trained"):
+        for suite, rep in d[side].items():
+            c = rep["cost"]
+            lines.append(f"| {rep['model']} | {suite} | {c['conversations']} | {c['agent_requests']} | "
+                         f"{c['seconds_per_request']} | {c['format_errors']} | {c['tool_calls_executed']} |")
+    if d.get("tau2_comparison"):
+        lines += ["", "tau2-bench test splits (airline + retail, scored as tau2 scores them):", "",
+                  compare_markdown(d["tau2_comparison"], base["model"], trained["model"]).rstrip("\n")]
+    return "\n".join(lines) + "\n"
+
+
+def _closed_loop_rows(d: dict) -> str:
+    """The earlier format, like with like: wall vs wall, agent LLM time vs LLM time. A phase whose
+    wall time is below its own LLM time was resumed (its conversations ran in an earlier
+    invocation), so its wall time is not comparable and the row says so."""
     ks = sorted(d.get("baseline", {}).get("pass^k", {}), key=int)
     head = ("| model | trials | " + " | ".join(f"pass^{k}" for k in ks) + " | tried a tool call | format errors | "
             "agent LLM time | conversations (summed) | evaluation wall | resumed |\n|"

@@ -53,7 +53,7 @@ from tasks.environments.synthesize import synthesize_all
 from tasks.evaluation.compare import compare
 from tasks.evaluation.contamination import check_contamination
 from tasks.evaluation.eval_set import choose_eval_set, eval_set_path, load_eval_set
-from tasks.evaluation.evaluate import eval_path, evaluate
+from tasks.evaluation.evaluate import eval_path, evaluate, score_unwritten
 from tasks.evaluation.report import closed_loop_markdown, plot_scaling, plot_training_curve, scaling_markdown
 from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
 from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
@@ -406,6 +406,42 @@ def _evaluation_progress(ws: Workspace, model: str, cfg: ClosedLoopConfig, ids: 
     path = ws.rollout_dir(run_id) / "trajectories.jsonl"
     trials = sum(1 for _ in path.open()) if path.exists() else 0
     return {"model": model, "run_id": run_id, "finished": False, "trials": trials, "of": len(ids) * cfg.k}
+
+
+def interim_comparison(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict[str, Any] | None:
+    """Base vs trained on the held-out scenarios whose k trials both models have written: the paired
+    comparison of a trained evaluation still running (None until one scenario is complete). The
+    trials are verified in memory, as the finished evaluation verifies them (nothing is written).
+    Interim: the scenarios done so far are the first domains of the evaluation order, not a sample."""
+    cfg = cfg or ClosedLoopConfig()
+    key_path = ws.root / "closed_loop" / "main" / "model" / "key.json"
+    if not key_path.exists():
+        return None
+    ids = load_eval_set(ws, cfg.eval_set)["scenario_ids"]
+    rcfg = rollout_config(cfg, cfg.k)
+    models = {"base": f"{cfg.base_model}-base",
+              "trained": f"{cfg.base_model}-sft-{json.loads(key_path.read_text())['key'][:8]}"}
+    trajs = {side: load_trajectories(ws, default_run_id(m, rcfg, cfg.k, ids)) for side, m in models.items()}
+
+    def complete(rows: list[Trajectory]) -> set[str]:
+        trials: dict[str, set[int]] = {}
+        for t in rows:
+            trials.setdefault(t.scenario_id, set()).add(t.trial)
+        return {sid for sid, got in trials.items() if len(got) >= cfg.k}
+
+    done = complete(trajs["base"]) & complete(trajs["trained"]) & set(ids)
+    if not done:
+        return None
+    reports = {}
+    for side, model in models.items():
+        kept = {}
+        for t in trajs[side]:
+            if t.scenario_id in done:
+                kept.setdefault((t.scenario_id, t.trial), t)  # one trial each, as the rollout writes them
+        reports[side] = {"model": model, "run_id": default_run_id(model, rcfg, cfg.k, ids),
+                         **score_unwritten(ws, list(kept.values()), cfg.k)}
+    return {"scenarios": len(done), "of": len(ids), "trials_each": cfg.k,
+            "comparison": compare(reports["base"], reports["trained"], cfg.k)}
 
 
 def _logged_steps(log: Path) -> dict[str, Any]:

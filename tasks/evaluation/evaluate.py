@@ -34,7 +34,7 @@ from tasks.evaluation.tau2 import DOMAINS, agent_calls, agreement, score_run, ta
 from tasks.rollouts.conversation import RolloutConfig
 from tasks.rollouts.engine import run_rollouts
 from tasks.verify.passk import passk_report, scenario_counts
-from tasks.verify.verify import call_key, verify_run
+from tasks.verify.verify import call_key, verify_run, verify_trajectories
 
 
 def eval_path(ws: Workspace, run_id: str) -> Path:
@@ -119,7 +119,14 @@ def summarize(trajectories: list[Trajectory], scenarios: dict[str, Scenario], k:
 def evaluate_run(ws: Workspace, run_id: str, k: int | None = None, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Verify a finished rollout run (tau2 domains scored as tau2 does) and write reports/eval-<run>.json."""
     verify = verify_run(ws, run_id)
-    trajs = load_trajectories(ws, run_id)
+    report = {"run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
+              **score(ws, load_trajectories(ws, run_id), k), "verify_funnel": verify.get("funnel")}
+    atomic_write_json(eval_path(ws, run_id), report)
+    return report
+
+
+def score(ws: Workspace, trajs: list[Trajectory], k: int | None) -> dict[str, Any]:
+    """The figures of verified trajectories: tau2 domains scored as tau2 scores them, then summarize."""
     scenarios = scenario_map(ws, {t.domain for t in trajs})
     tau2 = [t for t in trajs if t.domain.startswith("tau2_")]
     if tau2:  # tau2's reward replaces our verdict on its domains (our reasons kept for the record)
@@ -130,13 +137,16 @@ def evaluate_run(ws: Workspace, run_id: str, k: int | None = None, meta: dict[st
             v, o = t.verdict, ours.get(t.id)
             if t.id in rescored and v is not None and o is not None and not v.passed and o.attribution != "none":
                 v.attribution = o.attribution  # whose fault: verify's analysis (user, environment, agent)
-    summary = summarize(trajs, scenarios, k)
-    report = {"run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(meta or {}),
-              "k": k, "domains": sorted({t.domain for t in trajs}), "scenarios": len({t.scenario_id for t in trajs}),
-              "scenario_ids": sorted({t.scenario_id for t in trajs}),
-              **summary, "verify_funnel": verify.get("funnel"), "tau2_scored": len(tau2)}
-    atomic_write_json(eval_path(ws, run_id), report)
-    return report
+    return {"k": k, "domains": sorted({t.domain for t in trajs}), "scenarios": len({t.scenario_id for t in trajs}),
+            "scenario_ids": sorted({t.scenario_id for t in trajs}), **summarize(trajs, scenarios, k),
+            "tau2_scored": len(tau2)}
+
+
+def score_unwritten(ws: Workspace, trajs: list[Trajectory], k: int | None) -> dict[str, Any]:
+    """`score` of trajectories verified in memory (verify_trajectories: the same checks and replay
+    as verify_run, nothing written): the figures of part of a run that is still being written."""
+    verify_trajectories(ws, trajs)
+    return score(ws, trajs, k)
 
 
 def evaluate(ws: Workspace, base_url: str | list[str], *, model: str = "smollm2-135m", k: int = 4,

@@ -13,8 +13,9 @@ import pytest
 
 from agentscaler.artifacts import load_scenarios, load_trajectories
 from agentscaler.workspace import Workspace
-from flows.closed_loop import (ClosedLoopConfig, _logged_steps, closed_loop, gold_replay_run, progress, stage_config,
-                               train_domains)
+from benchmarks import run_all
+from flows.closed_loop import (ClosedLoopConfig, _logged_steps, closed_loop, gold_replay_run, interim_comparison,
+                               progress, stage_config, train_domains)
 from tasks.rollouts.gold import GOLD_AGENT
 from tasks.scenarios.build import build_scenarios
 from tests.conftest import copy_workspace, load_shop_builder
@@ -101,6 +102,15 @@ def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     md = (ws.reports_dir / "closed_loop.md").read_text()
     assert "| all scenarios (2) | 1 |" in md and "closed_loop_training.png" in md
     assert (ws.reports_dir / "closed_loop_training.png").stat().st_size > 1000
+    # the README's closed-loop block renders this run's file (benchmarks/run_all.py --table-only)
+    block = run_all.closed_loop_table(ws.reports_dir)
+    ev = out["eval_set"]
+    assert (f"2 held-out scenarios from 1 held-out domains ({ev['single_call']} single-call, {ev['multi_call']} "
+            "multi-call), k = 2") in block
+    assert f"| {out['base']['heldout']['model']} | heldout | 4 |" in block and "| all scenarios (2) | 1 |" in block
+    # the interim comparison (trials verified in memory) of a finished run is the final one
+    interim = interim_comparison(ws, cfg)
+    assert interim["scenarios"] == interim["of"] == 2 and interim["comparison"]["groups"] == cmp["groups"]
     again = closed_loop(ws, cfg, log=lambda *_: None)  # every phase resumes: nothing is trained or rolled out again
     assert again["train"]["final_dir"] == out["train"]["final_dir"]
     assert again["base"]["heldout"]["run_id"] == out["base"]["heldout"]["run_id"]
