@@ -15,7 +15,8 @@ processes' (utime+stime+cutime+cstime of every process under each worker's bubbl
 /proc just before the worker is stopped: sandbox children reaped by the zygote are in its cutime).
 --before REF: the same build by git REF's code (exported with `git archive`), run first, then this
 tree's, alternating `--repeat` times; the ratios are this tree / REF per domain.
---profile: a cProfile of this tree's orchestrator, top functions by own time, into the markdown.
+--profile: a cProfile of this tree's orchestrator (CPU time: time spent waiting on the sandbox is
+not counted), top functions by own time, into the markdown.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from results_io import Anchor, Figure, Recorder, export_tree, short_sha, tree_cp
 
 LAYERS = ["sandbox: bubblewrap uid/net/pid/fs namespaces, seccomp, rlimits, clean environment, landlock",
           "validation of every tool in the sandbox (signature, execution, state change, read purity, quality)",
-          "scenarios: gold execution in a fresh episode per walk, each kept scenario replayed for determinism"]
+          "scenarios: gold execution of each walk from the seed (a restarted episode: new connection, tools.py "
+          "afresh, scratch emptied), each kept scenario replayed for determinism in a child that ran no walk"]
 
 
 def prepare(work: Path, tools: int = 1000) -> Path:
@@ -90,7 +92,7 @@ def child(code_root: Path, ws: Path, n: int, per_domain: int, profile: Path | No
     sandbox.WorkerProcess._send_request, sandbox.WorkerProcess.fresh = _send, _fresh
     sandbox.WorkerProcess.kill, sandbox.WorkerProcess.start = _kill, _start
     domains = [str(r["domain"]) for r in json.loads((ws / "graph" / "domains.json").read_text())][:n]
-    prof = cProfile.Profile() if profile else None
+    prof = cProfile.Profile(time.process_time) if profile else None  # CPU, not wall: waits are not work
     c0, t0 = time.process_time(), time.perf_counter()
     if prof:
         prof.enable()

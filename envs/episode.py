@@ -168,6 +168,7 @@ class Environment:
         self._seed: bytes | None = None
         self._oracle: StateOracle | None = None
         self._failed: str | None = None  # why the episode's state was lost (until the next reset)
+        self._restart = False  # restart() asked for: the next request restarts the child's episode first
         self.scenario: Any = None
         self.closed = False
 
@@ -242,6 +243,39 @@ class Environment:
                         "user_facts": sc.get("user_facts", {})})
         return obs
 
+    def restart(self) -> None:
+        """A new episode from the seed in the current sandbox child, without forking a new one (gold
+        execution's walks, one after another): the worker opens a new connection holding the seed
+        and a new db helper, runs tools.py afresh in a new module namespace and empties the scratch
+        mount (envs.worker.Worker.restart), so neither the state nor tool code's module globals nor
+        the files of the last episode reach this one. No round trip of its own: it goes with the
+        next request. Unlike reset(), what tool code changes outside its own module (a stdlib module
+        it patches, which statically checked tool code cannot do) stays for the next episode:
+        reset() is the fresh process. Hosted episodes reset()."""
+        if self.closed:
+            raise SandboxError("environment is closed")
+        if not isinstance(self.worker, WorkerProcess):
+            self.reset()
+            return
+        self._restart = True
+        self._writes.clear()
+        self._base = None
+        self._image = _SEED
+        self._failed = None
+        self.scenario = None
+
+    def _request(self, obj: dict[str, Any], payload: bytes = b"", timeout: float | None = None) -> tuple[dict, bytes]:
+        """worker.request, carrying a pending restart() (done by the worker before the operation)."""
+        if self._restart:
+            obj = {**obj, "restart": True}
+        try:
+            got = self.worker.request(obj, payload, timeout)
+        except WorkerCrashed:
+            self._restart = False  # the worker holds a fresh child: the seed, nothing of tool code
+            raise
+        self._restart = False
+        return got
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -294,8 +328,10 @@ class Environment:
                                                  f"{' at ' + where if where else ''}: {message}")
         return name, arguments
 
-    def call(self, name: str, arguments: dict[str, Any] | str | None = None) -> ToolResult:
-        """Run one tool. Never raises for bad input or misbehaving tool code: returns ok=False."""
+    def call(self, name: str, arguments: dict[str, Any] | str | None = None, *, snapshot: bool = False) -> ToolResult:
+        """Run one tool. Never raises for bad input or misbehaving tool code: returns ok=False.
+        snapshot: the reply to a successful write also carries the database image after it, so
+        state_hash(), diff() and snapshot() then need no round trip of their own (gold execution)."""
         if self.closed:
             raise SandboxError("environment is closed")
         name_ok, args = self._check(name, arguments)
@@ -306,7 +342,9 @@ class Environment:
         kind = self._kinds[name]
         before, self._image = self._image, None  # tool code runs: the state is the worker's to tell
         try:
-            reply, payload = self.worker.request({"op": "call", "name": name, "args": args, "kind": kind})
+            image = snapshot and kind == "write"
+            reply, payload = self._request({"op": "call", "name": name, "args": args, "kind": kind, "image": image}
+                                           if image else {"op": "call", "name": name, "args": args, "kind": kind})
         except RequestTooLarge as exc:  # nothing was sent
             self._image = before
             return ToolResult(False, None, f"arguments of {name} are too large: {exc}")
@@ -319,6 +357,14 @@ class Environment:
                 return self.call(name, args)
             return ToolResult(False, None, f"tool {name} {exc}; the sandbox was restarted")
         if reply.get("ok") is True:
+            if image:  # the text, then the database image after the write
+                n = reply.get("text")
+                if type(n) is not int or not 0 <= n <= len(payload):
+                    self.worker.restarts += 1
+                    self._fresh()
+                    self._recover(before)
+                    return ToolResult(False, None, f"tool {name} broke the worker protocol; the sandbox was restarted")
+                payload, self._image = payload[:n], payload[n:]
             if kind == "write":
                 self._writes.append((name, args, payload))
             return ToolResult(True, None, None, raw=payload)
@@ -338,7 +384,7 @@ class Environment:
         self._failed = "the environment ran calls from the seed since the last reset"
         self._image = None
         try:
-            reply, payload = self.worker.request({"op": "episodes", "episodes": [[[n, a, self._kinds[n]]]],
+            reply, payload = self._request({"op": "episodes", "episodes": [[[n, a, self._kinds[n]]]],
                                                   "images": True},
                                                  timeout=self.worker.time_limit + self.worker.grace + 10.0)
         except RequestTooLarge as exc:
@@ -458,7 +504,7 @@ class Environment:
         if send:
             before, self._image = self._image, None
             try:
-                reply, _ = self.worker.request(
+                reply, _ = self._request(
                     {"op": "batch", "calls": [[n, a, self._kinds[n]] for _, n, a in send]},
                     timeout=self.worker.time_limit * len(send) + self.worker.grace)
                 if not isinstance(reply.get("results"), list) or len(reply["results"]) != len(send):
@@ -493,9 +539,9 @@ class Environment:
         the scenario stage's determinism replay).
 
         Verification's replay. By default many episodes share one sandbox child and one round trip
-        (up to 256, or max_bytes of images), each starting from the seed with tools.py run afresh,
-        so there is no fork per episode; what tool code changes outside its own module (a module
-        it patches, files in scratch) would reach later episodes of the same round trip.
+        (up to 256, or max_bytes of images), each starting from the seed with tools.py run afresh
+        and scratch emptied, so there is no fork per episode; what tool code changes outside its
+        own module and files (a module it patches) would reach later episodes of the same round trip.
         fresh=True gives each episode a fresh child and runs its calls one by one, as a rollout
         did. A round trip the child does not survive is redone that way. Results come
         one round trip at a time, as they are iterated. The environment's own episode is over
@@ -517,7 +563,7 @@ class Environment:
         n_calls = sum(len(s) for s in sends)
         self._image = None
         try:
-            reply, payload = self.worker.request({"op": "episodes", "episodes": sends, "images": images},
+            reply, payload = self._request({"op": "episodes", "episodes": sends, "images": images},
                                                  timeout=self.worker.time_limit * n_calls + STATE_TIMEOUT)
             eps = reply.get("episodes")
             if not isinstance(eps, list) or len(eps) != len(episodes):
@@ -569,6 +615,7 @@ class Environment:
 
     def _begin(self, base: bytes | None) -> None:
         """Start an episode from the seed (base None) or a snapshot: a fresh child if tool code ran."""
+        self._restart = False  # a fresh child, or one no tool code ran in: no restart needed
         for attempt in range(2):
             fresh = self.worker.tainted  # (after a crash the worker already holds a new child)
             if fresh:

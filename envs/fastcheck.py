@@ -32,8 +32,9 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def _prop_check(schema: Any) -> Callable[[Any], bool] | None:
-    """Checker of one property's value; None when the schema is beyond the flat subset."""
+def value_checker(schema: Any) -> Callable[[Any], bool] | None:
+    """Checker of one value (a property's) that agrees with jsonschema on `schema`; None when the
+    schema is beyond the flat subset (type, string enum, annotations)."""
     if not isinstance(schema, dict) or not set(schema) <= _PROP_KEYS:
         return None
     t = schema.get("type")
@@ -72,7 +73,7 @@ def flat_checker(schema: Any) -> Callable[[dict[str, Any]], bool] | None:
         return None
     checks: dict[str, Callable[[Any], bool]] = {}
     for name, sub in props.items():
-        c = _prop_check(sub)
+        c = value_checker(sub)
         if c is None:
             return None
         checks[name] = c

@@ -565,10 +565,11 @@ class WorkerProcess:
                 if left <= 0 or not self._wpoll.poll(left * 1000.0):
                     raise WorkerCrashed("send timeout") from None
 
-    def _caps(self, op: str) -> tuple[int, int, int]:
-        """(request body, request payload, reply payload) caps of one operation, in bytes."""
+    def _caps(self, op: str, image: bool = False) -> tuple[int, int, int]:
+        """(request body, request payload, reply payload) caps of one operation, in bytes (image: a
+        call whose reply carries the database image after it)."""
         if op == "call":
-            return self.max_reply + 65536, 0, self.max_reply
+            return self.max_reply + 65536, 0, self.max_reply + (self.max_state if image else 0)
         if op == "batch":
             return self.max_state, 0, 0
         if op == "reset":
@@ -621,7 +622,7 @@ class WorkerProcess:
             raise WorkerCrashed("not running")
         op = obj.get("op", "")
         body = _dumps(obj).encode("utf-8", "surrogatepass")
-        max_body, max_payload, max_reply_payload = self._caps(op)
+        max_body, max_payload, max_reply_payload = self._caps(op, bool(obj.get("image")))
         if len(body) > max_body or len(payload) > max_payload:
             raise RequestTooLarge(f"{op} request too large ({len(body)} + {len(payload)} bytes > "
                                   f"{max_body} + {max_payload})")

@@ -17,11 +17,11 @@ import re
 import sqlite3
 import stat
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from envs.spec import DomainSpec
 
 _RESERVED = {"metadata", "registry", "Base"}
@@ -78,6 +78,8 @@ def build_seed(spec: "DomainSpec", rows_by_table: Mapping[str, Iterable[Mapping[
     sorted-key JSON text. The build goes to a temp file, fsynced once and renamed into place
     (atomic): no journal on disk and no sync per transaction (nobody reads the temp file before
     the rename, and a crash leaves only it; the syncs were more than half of its wall time)."""
+    from pathlib import Path  # build side only (see load_seed_bytes)
+
     import sqlalchemy as sa  # as in metadata_for
 
     path = Path(path)
@@ -158,10 +160,13 @@ def render_models_py(spec: "DomainSpec") -> str:
 # Episode side (stdlib only) ---------------------------------------------------------------------
 def load_seed_bytes(path: Path) -> bytes:
     """The seed database image, read without ever writing to the file (immutable, read-only)."""
-    path = Path(path)
-    if not path.is_file():
+    # os.path, not pathlib or urllib: the sandbox worker imports this module, and every worker's
+    # start would pay for importing those (about 10 ms of CPU)
+    path = os.fspath(path)
+    if not os.path.isfile(path):
         raise FileNotFoundError(f"seed database {path} does not exist")
-    src = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1", uri=True)
+    uri = os.path.realpath(path).replace("%", "%25").replace("?", "%3f").replace("#", "%23")  # URI escapes
+    src = sqlite3.connect(f"file:{uri}?mode=ro&immutable=1", uri=True)
     try:
         src.execute("SELECT count(*) FROM sqlite_master").fetchone()
         data = bytearray(src.serialize())

@@ -29,7 +29,6 @@ import signal
 import socket
 import sqlite3
 import sys
-import traceback
 from typing import Any
 
 from envs import store
@@ -44,8 +43,9 @@ _dumps_content = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
 # Imported by the zygote so a child's `import json` is a dictionary lookup, not a file read: the
 # stdlib modules statically checked tool code may import (tasks/environments/codecheck.ALLOWED; a
-# test keeps the two equal). Nothing more: every worker's start pays for these (hashlib, uuid and
-# dataclasses were about a fifth of it), and hand-written tools.py importing others pays once per child.
+# test keeps the two equal), each only when tools.py names it (`named`): every worker's start pays
+# for what it imports (statistics, decimal and datetime were a third of it, for tools that use
+# none of them), and hand-written tools.py importing others pays once per child.
 PRELOAD = ("json", "re", "math", "datetime", "decimal", "itertools", "collections", "functools", "string",
            "statistics", "typing")
 MAX_SCRATCH_FILES = 1024  # tmpfs caps bytes, not inodes: a call that leaves more files fails and is wiped
@@ -90,6 +90,19 @@ SIGNAL_SYSCALLS = ["rt_sigaction", "sigaction", "signal", "timer_create"]
 # episode's child; the child itself too: nothing in the worker needs it), no handles on processes.
 CHILD_SYSCALLS = ["fork", "vfork", "clone", "clone3", "kill", "tkill", "tgkill", "rt_sigqueueinfo",
                   "rt_tgsigqueueinfo", "pidfd_open", "pidfd_send_signal", "pidfd_getfd"]
+
+
+def named(code: Any) -> set[str]:
+    """Every name tools.py's compiled code (its functions' too) uses as a global, attribute or module
+    name (co_names): a superset of the modules it imports (`import a.b` gives "a.b" and "a")."""
+    names: set[str] = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        names.update(n.split(".", 1)[0] for n in c.co_names if "." in n)
+        stack.extend(k for k in c.co_consts if isinstance(k, type(code)))
+    return names
 
 
 def set_rlimits(limits: dict[str, int]) -> bool:
@@ -327,6 +340,8 @@ class Worker:
 
     @staticmethod
     def _load_failure(exc: BaseException) -> str:
+        import traceback  # only when tools.py fails to load: every worker's start would pay for it
+
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
         return f"tools.py failed to load: {type(exc).__name__}: {exc}\n" + "".join(tb)[-2000:]
 
@@ -450,9 +465,9 @@ class Worker:
         return {"ok": True, "content": out}, text
 
     def run_episodes(self, episodes: list[list[list[Any]]], images: bool = False) -> tuple[dict[str, Any], bytes]:
-        """Many episodes in this child, one after another, each from the seed and with tools.py run
-        afresh (its module globals do not carry over) — verification's replay, without a fork per
-        episode. The texts of successful calls and the database image of each episode that
+        """Many episodes in this child, one after another, each from the seed, with tools.py run
+        afresh (its module globals do not carry over) and scratch emptied (nor do its files) —
+        verification's replay, without a fork per episode. The texts of successful calls and the database image of each episode that
         committed a write go in the payload; the reply gives their lengths: per call [true, n] or
         [false, error], per episode the image's length or -1 when nothing was committed (reads and
         failed calls are rolled back: the episode ended at the seed). `images`: every episode's
@@ -466,6 +481,8 @@ class Worker:
             if dirty:
                 self.guard.load(self.seed, same_schema=True)
             if ran:
+                if self.scratch is not None:
+                    wipe(self.scratch)
                 self.tools = {}
                 self.load_tools()
             results, dirty, ran = [], False, bool(calls)
@@ -579,9 +596,29 @@ class Worker:
                 out.append([False, res["error"]])
         return {"ok": True, "results": out}, b"".join(parts)
 
+    def restart(self) -> None:
+        """A new episode from the seed in this child, without a fork (the scenario stage's walks,
+        one after another): a new connection holding the seed (nothing of the last one's state or
+        counters, such as changes() or last_insert_rowid()), a new db helper, tools.py run afresh in
+        a new module namespace (its globals start over) and the scratch mount emptied (files a tool
+        wrote are gone). A failure leaves the child's state unknown: it exits (the parent sees a
+        crash and gets a fresh child, which holds the seed too)."""
+        try:
+            made = self._episode_connection()
+            self.conn.close()
+            self.conn, self.guard, self.db = made
+            if self.scratch is not None:
+                wipe(self.scratch)
+            self.tools = {}
+            self.load_tools()
+        except BaseException:  # noqa: BLE001 - half restarted: no episode may run on it
+            os._exit(72)
+
     def handle(self, req: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         op = req.get("op")
         slot = req.get("ep")
+        if req.get("restart") and slot is None:
+            self.restart()
         if slot is not None:
             if op == "open_ep":
                 self.open_slot(int(slot))
@@ -593,8 +630,13 @@ class Worker:
         if op == "call":
             # The content goes as the payload, encoded once: the parent hands the text to the agent
             # and parses it only if someone reads ToolResult.content.
-            res, text = self.run_tool(req["name"], req["args"], req.get("kind", "write"))
-            return ({"ok": True}, text) if res["ok"] else (res, b"")
+            kind = req.get("kind", "write")
+            res, text = self.run_tool(req["name"], req["args"], kind)
+            if not res["ok"]:
+                return res, b""
+            if req.get("image") and kind == "write":  # the state after the write, in the same reply
+                return {"ok": True, "text": len(text)}, text + bytes(self.conn.serialize())
+            return {"ok": True}, text
         if op == "batch":
             return {"ok": True, "results": [self.run_tool(n, a, k)[0] for n, a, k in req["calls"]]}, b""
         if op == "episodes":
@@ -839,7 +881,10 @@ def main(argv: list[str] | None = None) -> None:
     ctl.setblocking(True)
     scratch = a.scratch if a.scratch_writable else None
     w = Worker(a.domain, a.time_limit, a.max_reply, a.spin_us, scratch)
+    wanted = named(w.code) if w.code is not None else set()
     for name in PRELOAD:
+        if name not in wanted:
+            continue
         try:
             __import__(name)
         except ImportError:

@@ -25,12 +25,12 @@ from typing import Any
 
 from agentscaler import pyast
 from agentscaler.errors import TransientError
-from agentscaler.schemas import is_valid
 from envs.episode import Environment
 from envs.spec import DomainSpec, ToolSpec
 from tasks.environments.quality import environment_quality
 from tasks.scenarios.arguments import StateView, ground_arguments, read_seed
 from tasks.scenarios.quality import is_empty
+from tasks.scenarios.values import valid
 
 REASONS = ("syntax", "missing_function", "signature", "load", "tool_error", "no_state_change", "read_mutated",
            "invalid_arguments", "environment", "empty_result")
@@ -165,7 +165,7 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                 args, _ = ground_arguments(t, state, [], rng, optional_prob=0.5 if i % 2 == 0 else 0.9,
                                            fresh_key=t.kind == "write" and i % 2 == 1 and creates.get(t.name, True)
                                            or None)
-                if not is_valid(args, t.parameters):
+                if not valid(args, t.parameters):
                     r["errors"].append(f"sampled arguments invalid: {json.dumps(args, default=str)[:200]}")
                     r["reason"] = "invalid_arguments"
                     continue

@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from agentscaler.naming import QUERY_NAMES, column_key, is_id_name, snake, strip_role
-from agentscaler.schemas import is_valid
 from envs.spec import DomainSpec, ToolSpec
-from tasks.scenarios.values import gen_value
+from tasks.scenarios.values import gen_value, valid
 
 _SEARCH_WORDS = ("query", "search", "keyword", "name", "title", "term", "text")
 _NAME_COLUMNS = ("name", "title", "label")
@@ -151,10 +150,10 @@ class StateView:
         key = (tool.name, param, json.dumps(schema, sort_keys=True))
         hit = self._memo.get(key)
         if hit is None:
-            hit = [c for c in (coerce(v, schema) for v in self.values_for(param)) if is_valid(c, schema)]
+            hit = [c for c in (coerce(v, schema) for v in self.values_for(param)) if valid(c, schema)]
             if not hit and "string" in _types(schema) and not schema.get("enum") and not schema.get("format") \
                     and any(w in param.lower() for w in _SEARCH_WORDS):
-                hit = [w for w in self.words_for(tool) if is_valid(w, schema)]
+                hit = [w for w in self.words_for(tool) if valid(w, schema)]
             self._memo[key] = hit
         return hit
 
@@ -267,9 +266,9 @@ def _chain(outputs: list[Any], names: list[str], subs: dict[str, dict[str, Any]]
         for i in range(len(outputs) - 1, -1, -1):
             values = output_values([outputs[i]], name)
             if values:
-                valid = [c for c in (coerce(v, subs[name]) for v in values) if is_valid(c, subs[name])]
-                if valid:
-                    found.setdefault(i, {})[name] = valid
+                good = [c for c in (coerce(v, subs[name]) for v in values) if valid(c, subs[name])]
+                if good:
+                    found.setdefault(i, {})[name] = good
                 break
     out: dict[str, Any] = {}
     for i, group in sorted(found.items()):
@@ -404,7 +403,7 @@ def ground_arguments(tool: ToolSpec, state: StateView, outputs: list[Any], rng: 
                 args[name], sources[name] = rng.choice(words), "user"  # a word of the row: the search finds it
                 continue
         from_row = coerce(row.get(col), ps) if col is not None and row.get(col) is not None else None
-        from_db = [from_row] if from_row is not None and is_valid(from_row, ps) else state.grounded(tool, name, ps)
+        from_db = [from_row] if from_row is not None and valid(from_row, ps) else state.grounded(tool, name, ps)
         if col is not None and col in used_cols and col in state.keys:
             # two parameters naming one key (from_account_id, to_account_id): two different records
             from_db = [v for v in state.grounded(tool, name, ps) if v not in used_cols[col]] or from_db
@@ -443,10 +442,10 @@ def _from_schema(schema: dict[str, Any], name: str, rng: random.Random) -> Any:
     """A schema-valid value (a few tries; then the default or an example), or _NONE."""
     for _ in range(5):
         v = gen_value(schema, name, rng)
-        if is_valid(v, schema):
+        if valid(v, schema):
             return v
     for alt in ([schema["default"]] if "default" in schema else []) + list(schema.get("examples") or []):
-        if is_valid(alt, schema):
+        if valid(alt, schema):
             return alt
     return _NONE
 
@@ -458,6 +457,6 @@ def _fresh(rows: list[dict[str, Any]], col: str, schema: dict[str, Any], name: s
     ints = [x for x in keys if isinstance(x, int) and not isinstance(x, bool)]
     for k in range(10):
         v = coerce(max(ints) + 1 + k, schema) if ints and len(ints) == len(keys) else gen_value(schema, name, rng)
-        if str(v) not in taken and is_valid(v, schema):
+        if str(v) not in taken and valid(v, schema):
             return v
     return None

@@ -3,8 +3,9 @@
 Per domain (paper, step 5): sample a tool sequence by a directed random walk along the
 dependency edges (DomainSpec.edges) from a random start tool until a target length or a tool
 with no outgoing edge (the mix: `single_share` one-call scenarios, the rest walk data-flow edges
-first, so later calls use what earlier ones found or created); give every call grounded arguments; run the sequence in a fresh
-episode of the sandboxed environment; keep the gold calls, their outputs, the gold final-state
+first, so later calls use what earlier ones found or created); give every call grounded arguments; run the sequence from
+the seed in the sandboxed environment (each walk in a restarted episode: a new connection holding
+the seed, tools.py run afresh, scratch emptied; execute.GoldEpisode); keep the gold calls, their outputs, the gold final-state
 hash and the field diff from the seed. Walks whose calls fail, whose writes change nothing, or
 that repeat an existing scenario are dropped and counted by reason. Every kept scenario is
 replayed once more and kept only if it reaches the same hash and outputs (determinism): all of a

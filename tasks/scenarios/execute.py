@@ -30,17 +30,24 @@ def _result(res: Any) -> tuple[bool, Any, str | None]:
 class GoldEpisode:
     """An Environment and whether its state may differ from the seed.
 
-    Reads run in a transaction the runtime rolls back, and failed calls leave no trace, so the
-    state is dirty only after a successful write: a reset is sent only then (fewer round trips
-    to the sandbox worker). Replays re-measure the final hash, so a tool that breaks this
-    promise is caught there, not trusted.
+    Every walk starts from the seed with tools.py run afresh and scratch emptied, in the sandbox
+    child of the walk before (Environment.restart: no fork per walk, and no round trip of its own:
+    it goes with the walk's first call), so neither the state nor tool code's module globals nor
+    its files carry over from one walk to the next, also after a read-only walk. An environment
+    without restart() is reset() when the state may differ from the seed: reads run in a
+    transaction the runtime rolls back and failed calls leave no trace, so only after a successful
+    write. Replays re-measure the final hash, so a tool that breaks this promise is caught there.
     """
 
     def __init__(self, env: Any):
         self.env, self.dirty = env, True
+        self._restart = getattr(env, "restart", None)
 
     def fresh(self) -> None:
-        if self.dirty:
+        if self._restart is not None:
+            self._restart()
+            self.dirty = False
+        elif self.dirty:
             self.env.reset()
             self.dirty = False
 
@@ -101,7 +108,8 @@ def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView,
                 dup += 1
                 continue
             tried += 1
-            ok, content, error = _result(env.call(name, args))
+            # a write's reply brings the state after it: its hash below needs no round trip
+            ok, content, error = _result(env.call(name, args, snapshot=tool.kind == "write"))
             if ok:
                 break
             counts["call_retried"] += 1
@@ -156,9 +164,8 @@ def replay_many(env: Any, walks: list[list[dict[str, Any]]]) -> list[tuple[str, 
     then costs one fork and one round trip per domain instead of one of each per scenario."""
     ep = _episode(env)
     env = ep.env
-    ep.dirty = True  # the walks' child: start the replays in a fresh one
-    ep.fresh()
-    ep.dirty = True  # Environment.replay ends the episode: the next walk resets
+    env.reset()  # the walks ran in this child: the replays go in a fresh one (a fork)
+    ep.dirty = True  # Environment.replay ends the episode: the next walk starts afresh
     oracle = env.state_oracle()
     out: list[tuple[str, list[Any], bytes] | Dropped] = []
     for calls, (results, image) in zip(walks, env.replay([[(c["name"], c["arguments"]) for c in calls] for calls in walks],

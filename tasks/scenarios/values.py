@@ -13,6 +13,26 @@ from typing import Any
 
 from agentscaler.naming import snake
 from agentscaler.schemas import is_valid
+from envs.fastcheck import flat_checker, value_checker
+
+_FAST: dict[int, tuple[Any, Any]] = {}  # id(schema) -> (the schema, kept alive; its fast checker or None)
+
+
+def valid(value: Any, schema: Any) -> bool:
+    """agentscaler.schemas.is_valid, with envs.fastcheck's exact check of a flat schema first (most
+    parameter schemas are a type or a string enum; an object of such properties): ~10x faster on
+    the values it accepts, which are most; jsonschema decides the rest. The sampler checks every
+    candidate value, thousands per domain."""
+    hit = _FAST.get(id(schema))
+    if hit is None or hit[0] is not schema:
+        fast = value_checker(schema)
+        if fast is None:
+            flat = flat_checker(schema)
+            fast = (lambda v, f=flat: isinstance(v, dict) and f(v)) if flat is not None else None
+        if len(_FAST) > 4096:
+            _FAST.clear()
+        hit = _FAST[id(schema)] = (schema, fast)
+    return (hit[1] is not None and hit[1](value)) or is_valid(value, schema)
 
 _FIRST = ["Ada", "Alan", "Grace", "Linus", "Barbara", "Ken", "Margaret", "Dennis", "Frances", "Edsger",
           "Radia", "Donald", "Katherine", "John", "Hedy", "Tim"]
@@ -162,7 +182,7 @@ def gen_value(schema: dict[str, Any] | None, name: str, rng: random.Random, dept
             if isinstance(part, dict):
                 merged.update(part)
         return gen_value(merged, name, rng, depth)
-    if "default" in schema and rng.random() < 0.3 and is_valid(schema["default"], schema):
+    if "default" in schema and rng.random() < 0.3 and valid(schema["default"], schema):
         return schema["default"]
     t = _schema_type(schema)
     if t == "null":

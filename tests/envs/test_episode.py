@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "domains" 
 # These tests are about the API, not isolation (tests/envs/test_sandbox_attacks.py is): where
 # bubblewrap is unusable they run the worker with the layers the machine has.
 UNSAFE = not bwrap_works()
-from build import build_shop  # noqa: E402
+from build import build_shop, build_shop_leaving_traces  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -267,3 +267,36 @@ def test_moved_environment_keeps_serving_and_restarts_from_its_new_folder(shop, 
         assert e.domain_dir == final and e.worker.domain_dir == final.resolve()
     finally:
         e.close()
+
+
+
+@pytest.mark.skipif(UNSAFE, reason="tool code writes files only where scratch is writable (bubblewrap)")
+def test_restart_starts_from_the_seed_in_the_same_child_forgetting_globals_and_files(tmp_path):
+    """restart(): the next episode starts from the seed in the same sandbox child (no fork, and no
+    round trip of its own), with tools.py run afresh and scratch emptied: a module global and a file
+    that tool code left, and a write's state, are gone. A call's snapshot=True brings a write's
+    image in its reply (state_hash() then needs no round trip)."""
+    with Environment.open(build_shop_leaving_traces(tmp_path / "shop"), unsafe=UNSAFE) as e:
+        e.reset()
+        seed = e.state_hash()
+        user = e.call("get_user", {"user_id": "u2"}).content
+        assert e.call("remember", {"note": "north"}).content == {"seen": ["north"], "files": ["note-1"]}
+        assert e.call("remember", {"note": "south"}).content == {"seen": ["north", "south"],
+                                                                "files": ["note-1", "note-2"]}
+        forks, trips = [], []
+        fresh, request = e.worker.fresh, e.worker.request
+        e.worker.fresh = lambda *a, **k: forks.append(1) or fresh(*a, **k)
+        e.worker.request = lambda *a, **k: trips.append(a[0]["op"]) or request(*a, **k)
+        for note in ("east", "west"):
+            assert e.call("update_email", {"user_id": "u2", "email": f"{note}@x.org"}, snapshot=True).ok
+            assert e.state_hash() != seed and trips[-1] == "call"  # the image came with the write
+            e.restart()
+            assert e.state_hash() == seed and trips[-1] == "call"  # known here: the seed
+            assert e.call("remember", {"note": note}).content == {"seen": [note], "files": ["note-1"]}
+            assert e.call("get_user", {"user_id": "u2"}).content == user  # the write is gone
+        assert forks == [] and trips == ["call"] * 6
+        e.restart()  # verification's replay too: each episode without the files of the one before
+        got = list(e.replay([[("remember", {"note": "north"})], [("remember", {"note": "south"})]]))
+        assert [r[0].content for r, _ in got] == [{"seen": [n], "files": ["note-1"]} for n in ("north", "south")]
+        e.reset()  # reset() is still a fresh child
+        assert forks == [1] and e.call("remember", {"note": "east"}).content == {"seen": ["east"], "files": ["note-1"]}

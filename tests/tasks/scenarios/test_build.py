@@ -23,7 +23,7 @@ from tasks.scenarios.execute import replay, scenario_id
 from tasks.scenarios.intents import check_intent
 from tasks.scenarios.values import gen_value
 from tasks.scenarios.walks import adjacency, plan_walk
-from tests.data.domains.shop.build import build_shop
+from tests.data.domains.shop.build import build_shop, build_shop_leaving_traces
 
 
 @pytest.fixture(scope="module")
@@ -241,6 +241,28 @@ def test_noop_writes_dropped(tmp_path: Path) -> None:
     assert report["kept"] == 2 and report["dropped"]["noop_write"] > 0
     for r in read_jsonl(d / "scenarios.jsonl"):
         assert r["gold_calls"][0]["arguments"]["user_id"] in {"u2", "u3"} and r["gold_hash"] != r["seed_hash"]
+
+
+@pytest.mark.skipif(os.environ.get("AGENTSCALER_UNSAFE_SANDBOX") == "1", reason="needs a writable scratch (bubblewrap)")
+def test_no_walk_sees_what_tool_code_left_in_an_earlier_one(tmp_path: Path) -> None:
+    """The walks run one after another in one sandbox child (no fork per walk), each from the seed
+    with tools.py run afresh and scratch emptied (GoldEpisode, Environment.restart): `remember`
+    keeps every note it is given in a module global and writes each to a file, and answers with
+    both, yet every kept scenario's output shows its own note and one file only, also after
+    read-only walks (which leave the database at the seed). One fork in all: the determinism
+    replay's child, which ran none of the walks."""
+    d = build_shop_leaving_traces(tmp_path / "traces", ["update_email"])
+    with _closing(_open(d)) as e:
+        forks = []
+        fresh = e.worker.fresh
+        e.worker.fresh = lambda *a, **k: forks.append(1) or fresh(*a, **k)
+        report = build_scenarios(d, "traces", per_domain=8, max_length=1, seed=0, env=e, read_share=0.5)
+    kept = read_jsonl(d / "scenarios.jsonl")
+    notes = [r["gold_calls"][0] for r in kept if r["read_only"]]
+    assert len(notes) == 4  # the four notes the schema allows, each a walk of its own
+    assert all(c["output"] == {"seen": [c["arguments"]["note"]], "files": ["note-1"]} for c in notes)
+    assert "nondeterministic" not in report["dropped"]
+    assert forks == [1]
 
 
 CLOCKED = """

@@ -94,3 +94,36 @@ def build_shop(dest: Path, domain_id: str = "shop") -> Path:
     conn.close()
     (dest / "spec.json").write_text(spec(domain_id).model_dump_json(indent=2))
     return dest
+
+
+LEAVES_TRACES = """
+
+import os as _os
+
+_SEEN = []
+
+
+def remember(db, note: str) -> dict:
+    \"\"\"A read that leaves state outside the database: a module global, a file in scratch.\"\"\"
+    _SEEN.append(note)
+    where = _os.environ["TMPDIR"]
+    with open(_os.path.join(where, f"note-{len(_SEEN)}"), "w") as fh:
+        fh.write(note)
+    return {"seen": list(_SEEN), "files": sorted(_os.listdir(where))}
+"""
+
+
+def build_shop_leaving_traces(dest: Path, tools: list[str] | None = None) -> Path:
+    """The shop (only `tools` of it when given) and `remember`, a read that keeps every note in a
+    module global and writes each to a file in scratch, answering with both: a tool whose output
+    shows any state that carried over from an earlier call (needs a writable scratch)."""
+    d = build_shop(dest)
+    (d / "tools.py").write_text((d / "tools.py").read_text() + LEAVES_TRACES)
+    s = DomainSpec.load(d)
+    kept = [t for t in s.tools if tools is None or t.name in tools]
+    s = s.model_copy(update={"tools": kept + [ToolSpec(
+        name="remember", kind="read", description="Remember a note.",
+        parameters=_s({"note": {"type": "string", "enum": ["north", "south", "east", "west"]}}, ["note"]))],
+        "edges": [] if tools is not None else s.edges})
+    (d / "spec.json").write_text(s.model_dump_json(indent=2))
+    return d
