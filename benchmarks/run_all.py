@@ -186,6 +186,7 @@ def closed_loop_table(out_dir: Path) -> str:
 def _closed_loop_comparison(d: dict) -> str:
     """The comparison's tables (tasks.evaluation.compare.markdown), with where they come from."""
     from tasks.evaluation.compare import markdown as compare_markdown
+    from tasks.evaluation.report import cost_table
 
     cfg, ev, tr, bench = d["config"], d["eval_set"], d["train"], d.get("benchmark", {})
     base, trained = d["base"]["heldout"], d["trained"]["heldout"]
@@ -201,14 +202,7 @@ def _closed_loop_comparison(d: dict) -> str:
         + (f", validation loss {val[0]:.3f} → {val[-1]:.3f}" if val else "")
         + (f"; load (1 min) {load['min']}-{load['max']}, median {load['median']}, on {load['cpus']} CPUs "
            "during the last invocation" if load else "; load not recorded") + ".", "",
-        compare_markdown(d["comparison"], base["model"], trained["model"]).rstrip("\n"), "",
-        "| model | suite | conversations | agent requests | s per agent request | format errors | tool calls run |",
-        "|---|---|---|---|---|---|---|"]
-    for side in ("base", "trained"):
-        for suite, rep in d[side].items():
-            c = rep["cost"]
-            lines.append(f"| {rep['model']} | {suite} | {c['conversations']} | {c['agent_requests']} | "
-                         f"{c['seconds_per_request']} | {c['format_errors']} | {c['tool_calls_executed']} |")
+        compare_markdown(d["comparison"], base["model"], trained["model"]).rstrip("\n"), "", *cost_table(d)]
     if d.get("tau2_comparison"):
         lines += ["", "tau2-bench test splits (airline + retail, scored as tau2 scores them):", "",
                   compare_markdown(d["tau2_comparison"], base["model"], trained["model"]).rstrip("\n")]

@@ -417,15 +417,22 @@ def closed_loop_markdown(out: dict[str, Any]) -> str:
         if s not in {p["step"] for p in _thin(tr["curve"]["train"], 12)}:
             lines.append(f"| {s} | | | {v:.3f} |")
     lines += ["", f"![training curve]({Path(out['figures']['training_curve']).name})", "",
-              "## Cost", "", "| model | suite | conversations | agent requests | s per request | eval wall (s) |",
-              "|---|---|---|---|---|---|"]
+              "## Cost", "", *cost_table(out)]
+    lines += ["", "| phase | seconds |", "|---|---|", *[f"| {p} | {s} |" for p, s in out["phases_s"].items()], ""]
+    return "\n".join(lines)
+
+
+def cost_table(out: dict[str, Any]) -> list[str]:
+    """Each model's evaluations in a closed loop's output: conversations, agent requests and their cost."""
+    lines = ["| model | suite | conversations | agent requests | s per agent request | format errors | tool calls run "
+             "| eval wall (s) |", "|---|---|---|---|---|---|---|---|"]
     for side in ("base", "trained"):
         for suite, rep in out[side].items():
             c = rep["cost"]
-            lines.append(f"| {rep['model']} | {suite} | {c['conversations']} | {c['agent_requests']} "
-                         f"| {c['seconds_per_request']} | {rep.get('wall_s')} |")
-    lines += ["", "| phase | seconds |", "|---|---|", *[f"| {p} | {s} |" for p, s in out["phases_s"].items()], ""]
-    return "\n".join(lines)
+            lines.append(f"| {rep['model']} | {suite} | {c['conversations']} | {c['agent_requests']} | "
+                         f"{c['seconds_per_request']} | {c['format_errors']} | {c['tool_calls_executed']} | "
+                         f"{rep.get('wall_s')} |")
+    return lines
 
 
 def _t(v: Any) -> str:
