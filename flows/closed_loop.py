@@ -386,11 +386,11 @@ def progress(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict[str, An
                            "eval_domains": len(ev["domains"]), "k": cfg.k}
     out["base"] = _evaluation_progress(ws, f"{cfg.base_model}-base", cfg, ids)
     model_dir = ws.root / "closed_loop" / "main" / "model"
-    if (model_dir / "result.json").exists() and (model_dir / "key.json").exists():
+    trained = trained_model(ws, cfg)
+    if (model_dir / "result.json").exists() and trained is not None:
         out["train"] = {k: v for k, v in _train_brief(json.loads((model_dir / "result.json").read_text())).items()
                         if k != "curve"}
-        key = json.loads((model_dir / "key.json").read_text())["key"]
-        out["trained"] = _evaluation_progress(ws, f"{cfg.base_model}-sft-{key[:8]}", cfg, ids)
+        out["trained"] = _evaluation_progress(ws, trained, cfg, ids)
     elif (model_dir / "train.log").exists():
         out["train"] = {"finished": False, **_logged_steps(model_dir / "train.log")}
     return out
@@ -408,20 +408,28 @@ def _evaluation_progress(ws: Workspace, model: str, cfg: ClosedLoopConfig, ids: 
     return {"model": model, "run_id": run_id, "finished": False, "trials": trials, "of": len(ids) * cfg.k}
 
 
+def trained_model(ws: Workspace, cfg: ClosedLoopConfig) -> str | None:
+    """The main run's trained model name, as closed_loop serves it (None before its training key exists)."""
+    key_path = ws.root / "closed_loop" / "main" / "model" / "key.json"
+    if not key_path.exists():
+        return None
+    return f"{cfg.base_model}-sft-{json.loads(key_path.read_text())['key'][:8]}"
+
+
 def interim_comparison(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict[str, Any] | None:
     """Base vs trained on the held-out scenarios whose k trials both models have written: the paired
     comparison of a trained evaluation still running (None until one scenario is complete). The
     trials are verified in memory, as the finished evaluation verifies them (nothing is written).
     Interim: the scenarios done so far are the first domains of the evaluation order, not a sample."""
     cfg = cfg or ClosedLoopConfig()
-    key_path = ws.root / "closed_loop" / "main" / "model" / "key.json"
-    if not key_path.exists():
+    trained = trained_model(ws, cfg)
+    if trained is None:
         return None
     ids = load_eval_set(ws, cfg.eval_set)["scenario_ids"]
     rcfg = rollout_config(cfg, cfg.k)
-    models = {"base": f"{cfg.base_model}-base",
-              "trained": f"{cfg.base_model}-sft-{json.loads(key_path.read_text())['key'][:8]}"}
-    trajs = {side: load_trajectories(ws, default_run_id(m, rcfg, cfg.k, ids)) for side, m in models.items()}
+    models = {"base": f"{cfg.base_model}-base", "trained": trained}
+    runs = {side: default_run_id(m, rcfg, cfg.k, ids) for side, m in models.items()}
+    trajs = {side: load_trajectories(ws, run_id) for side, run_id in runs.items()}
 
     def complete(rows: list[Trajectory]) -> set[str]:
         trials: dict[str, set[int]] = {}
@@ -438,8 +446,7 @@ def interim_comparison(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> di
         for t in trajs[side]:
             if t.scenario_id in done:
                 kept.setdefault((t.scenario_id, t.trial), t)  # one trial each, as the rollout writes them
-        reports[side] = {"model": model, "run_id": default_run_id(model, rcfg, cfg.k, ids),
-                         **score_unwritten(ws, list(kept.values()), cfg.k)}
+        reports[side] = {"model": model, "run_id": runs[side], **score_unwritten(ws, list(kept.values()), cfg.k)}
     return {"scenarios": len(done), "of": len(ids), "trials_each": cfg.k,
             "comparison": compare(reports["base"], reports["trained"], cfg.k)}
 
