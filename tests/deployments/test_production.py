@@ -318,17 +318,28 @@ def test_killed_worker_leaves_failed_domains_that_retry_builds_once(prod):
                               "--wait", "--per-domain", "12", "--batch-size", "1", "--json"],
                              env=server_env(prod["home"], prod["url"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, cwd=ROOT)
+    # A domain builds in well under a second, so a row seen running may be done before a kill lands.
+    # Stop the flow run's own process first (a stopped process writes nothing), then read its row
+    # again: still running means the kill below cannot race the build; done means let it go on and
+    # wait for w2's next domain.
     victim = None
     deadline = time.monotonic() + 300
     while victim is None and time.monotonic() < deadline and build.poll() is None:
         rows = [r for r in catalog.domains() if (r["worker"] or "").startswith("w2@") and r["status"] == "running"]
-        victim = rows[0] if rows else None
-        time.sleep(0.1)
-    assert victim is not None, "w2 never started a domain"
-    # the flow run's own process first (should it have its own session, it would go on building while
-    # the worker is waited for: a domain now builds in well under a second), then the worker
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(int(victim["worker"].rsplit(":", 1)[1]), signal.SIGKILL)
+        for row in rows:
+            pid = int(row["worker"].rsplit(":", 1)[1])
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                continue
+            now = {r["domain"]: r for r in catalog.domains()}[row["domain"]]
+            if now["status"] == "running" and now["worker"] == row["worker"]:
+                victim = row
+                os.kill(pid, signal.SIGKILL)
+                break
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.02)
+    assert victim is not None, "w2 never started a domain that was still running when stopped"
     stop(prod["workers"]["w2"], sig=signal.SIGKILL)
     out, err = build.communicate(timeout=400)
     assert build.returncode == 0, err[-3000:]
