@@ -357,9 +357,14 @@ class LLMClient:
             self._cond = asyncio.Condition()
         return self._http, self._cond
 
-    def _choose_endpoint(self) -> str | None:
-        """Least busy endpoint with a free slot, preferring ones not marked down; ties round-robin."""
+    def _choose_endpoint(self, prefer: str | None = None) -> str | None:
+        """Least busy endpoint with a free slot, preferring ones not marked down; ties round-robin.
+
+        `prefer` (a conversation's lane, tasks.rollouts.engine) is waited for while it is up, so a
+        single-slot server's prompt cache keeps serving that conversation; once marked down, any."""
         now = time.monotonic()
+        if prefer is not None and prefer in self._in_flight and self._down_until[prefer] <= now:
+            return prefer if self._in_flight[prefer] < self.concurrency else None
         pool = [u for u in self.endpoints if self._down_until[u] <= now] or self.endpoints
         free = [u for u in pool if self._in_flight[u] < self.concurrency]
         if not free:
@@ -368,9 +373,9 @@ class LLMClient:
         candidates = [u for u in free if self._in_flight[u] == least]
         return candidates[next(self._rr) % len(candidates)]
 
-    async def _acquire(self, cond: asyncio.Condition) -> str:
+    async def _acquire(self, cond: asyncio.Condition, prefer: str | None = None) -> str:
         async with cond:
-            while (endpoint := self._choose_endpoint()) is None:
+            while (endpoint := self._choose_endpoint(prefer)) is None:
                 try:  # re-check now and then: an endpoint marked down may be due for another try
                     await asyncio.wait_for(cond.wait(), 0.5)
                 except TimeoutError:
@@ -407,9 +412,10 @@ class LLMClient:
                    temperature: float = 0.0, max_tokens: int = 512, stage: str = "rollout",
                    cache_salt: Any = None, use_cache: bool = True, tool_choice: Any = None,
                    top_p: float | None = None, seed: int | None = None, stop: list[str] | None = None,
-                   response_format: dict[str, Any] | None = None) -> ChatReply:
+                   response_format: dict[str, Any] | None = None, endpoint: str | None = None) -> ChatReply:
         """One assistant turn. cache_salt (e.g. the trial index) keeps k independent samples of
-        the same request apart in the cache. Raises LLMFormatError on malformed output, the last
+        the same request apart in the cache. endpoint: send it there (waiting for its slot) while it
+        is up, instead of to the least busy one. Raises LLMFormatError on malformed output, the last
         transient error once retries are spent, LLMHTTPError at once on other 4xx."""
         body = self.request_body(messages, tools, temperature, max_tokens, tool_choice=tool_choice,
                                  top_p=top_p, seed=seed, stop=stop, response_format=response_format)
@@ -419,10 +425,10 @@ class LLMClient:
         hit = self._cache.get(key) if (self._cache is not None and use_cache) else None
         if hit is not None:
             st.cache_hits += 1
-            data, latency, endpoint, cached = hit[0], hit[1], None, True
+            data, latency, served_by, cached = hit[0], hit[1], None, True
         else:
             try:
-                data, latency, endpoint = await self._post_with_retries(body, st)
+                data, latency, served_by = await self._post_with_retries(body, st, endpoint)
             except LLMError:
                 st.errors += 1
                 raise
@@ -435,7 +441,7 @@ class LLMClient:
             if self._cache is not None and use_cache:
                 self._cache.put(key, stage, {"body": body, "salt": cache_salt}, data, latency)
         try:
-            return parse_reply(data, latency_s=latency, cached=cached, endpoint=endpoint)
+            return parse_reply(data, latency_s=latency, cached=cached, endpoint=served_by)
         except LLMFormatError:
             st.format_errors += 1
             raise
@@ -463,7 +469,8 @@ class LLMClient:
     def chat_json_sync(self, *args: Any, **kwargs: Any) -> Any:
         return asyncio.run(self.chat_json(*args, **kwargs))
 
-    async def _post_with_retries(self, body: dict[str, Any], st: _StageStats) -> tuple[dict[str, Any], float, str]:
+    async def _post_with_retries(self, body: dict[str, Any], st: _StageStats,
+                                 prefer: str | None = None) -> tuple[dict[str, Any], float, str]:
         retrying = AsyncRetrying(retry=retry_if_exception(is_transient), stop=stop_after_attempt(self.max_retries + 1),
                                  wait=wait_exponential_jitter(initial=self.backoff_initial, max=self.backoff_max),
                                  reraise=True)
@@ -474,7 +481,7 @@ class LLMClient:
                 if attempt_no > 1:
                     st.retries += 1
                 async with self._request_slot():
-                    return await self._post_once(body)
+                    return await self._post_once(body, prefer)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _request_slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -495,9 +502,9 @@ class LLMClient:
             await asyncio.sleep(0.05)
         return why
 
-    async def _post_once(self, body: dict[str, Any]) -> tuple[dict[str, Any], float, str]:
+    async def _post_once(self, body: dict[str, Any], prefer: str | None = None) -> tuple[dict[str, Any], float, str]:
         http, cond = self._bind_loop()
-        endpoint = await self._acquire(cond)
+        endpoint = await self._acquire(cond, prefer)
         if why := await self._server_exit(endpoint, 0.0):
             await self._release(cond, endpoint, False)
             raise LLMServerExited(why)

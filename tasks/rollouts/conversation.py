@@ -94,11 +94,12 @@ async def blocking(executor: Any, fn: Callable[..., Any], *args: Any) -> Any:
 
 async def run_conversation(scenario: Scenario, trial: int, run_id: str, client: LLMClient, env: Any,
                            user: Any, cfg: RolloutConfig, tools: list[dict[str, Any]], system: str,
-                           executor: Any = None) -> Trajectory:
+                           executor: Any = None, lane: str | None = None) -> Trajectory:
     """One user-agent-tool conversation on a reset environment; returns the finished Trajectory.
 
     Blocking environment work runs in `executor` (default: the loop's); the engine passes a pool
-    with a thread per conversation in flight, since the default pool has only a handful."""
+    with a thread per conversation in flight, since the default pool has only a handful. lane: the
+    endpoint every agent turn goes to (tasks.rollouts.engine.lanes), or None for the least busy."""
     counters: Counter = Counter()
     tokens: Counter = Counter()
     times: Counter = Counter()
@@ -137,8 +138,8 @@ async def run_conversation(scenario: Scenario, trial: int, run_id: str, client: 
                 for step in range(cfg.max_steps):
                     msg, reply, ferr = await _retry_turn(
                         lambda: agent_turn(client, messages, tools, temperature=cfg.temperature,
-                                           max_tokens=cfg.max_tokens, salt=trial, seed=trial), cfg, counters,
-                        who="agent")
+                                           max_tokens=cfg.max_tokens, salt=trial, seed=trial, endpoint=lane),
+                        cfg, counters, who="agent")
                     messages.append(msg)
                     counters["agent_turns"] += 1
                     if ferr is not None:

@@ -185,14 +185,15 @@ class ScriptedUser:
 
 
 class LLMUser:
-    """A user played by an LLM prompted with the intent, the user facts and a persona (no tools)."""
+    """A user played by an LLM prompted with the intent, the user facts and a persona (no tools).
+    lane: the endpoint its turns go to when it shares the agent's client (its conversation's)."""
 
     kind = "llm"
     needs_goal_check = False
 
     def __init__(self, scenario: Scenario, client: LLMClient, trial: int = 0, temperature: float = 0.0,
-                 max_tokens: int = 200, persona: str | None = None):
-        self.scenario, self.client, self.trial = scenario, client, trial
+                 max_tokens: int = 200, persona: str | None = None, lane: str | None = None):
+        self.scenario, self.client, self.trial, self.lane = scenario, client, trial, lane
         self.temperature, self.max_tokens = temperature, max_tokens
         idx = int(content_hash({"persona": scenario.id, "trial": trial}, 8), 16) % len(PERSONAS)
         self.persona = persona or PERSONAS[idx]
@@ -211,7 +212,8 @@ class LLMUser:
 
     async def _ask(self, view: list[dict[str, Any]], salt: str) -> UserTurn:
         reply = await self.client.chat(view, temperature=self.temperature, max_tokens=self.max_tokens,
-                                       stage="rollout_user", cache_salt=[self.trial, salt], seed=self.trial)
+                                       stage="rollout_user", cache_salt=[self.trial, salt], seed=self.trial,
+                                       endpoint=self.lane)
         text = (reply.content or "").strip()
         return UserTurn(text, STOP in text, dict(reply.usage), reply.latency_s)
 

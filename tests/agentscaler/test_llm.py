@@ -339,3 +339,24 @@ def test_several_endpoints_share_load_and_fail_over(scripted):
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
     client2 = fast_client([dead, b.url], concurrency=1, max_retries=3)
     assert [r.content for r in asyncio.run(many(client2))] == ["b"] * 4
+
+
+def test_a_named_endpoint_is_waited_for_while_up_and_left_once_down(scripted):
+    """chat(endpoint=...) (a conversation's lane): requests queue for that endpoint's one slot even
+    while the other is idle; an endpoint that refuses connections is marked down and left."""
+    a = scripted(("sleep", 0.1, completion("a")))
+    b = scripted(("sleep", 0.1, completion("b")))
+    client = fast_client([a.url, b.url], concurrency=1)
+
+    async def three(c, endpoint):
+        return await asyncio.gather(*[c.chat(MSGS, cache_salt=i, endpoint=endpoint) for i in range(3)])
+
+    t0 = time.perf_counter()
+    replies = asyncio.run(three(client, a.url))
+    assert [r.content for r in replies] == ["a"] * 3 and {r.endpoint for r in replies} == {a.url}
+    assert not b.requests and a.max_in_flight == 1 and time.perf_counter() - t0 >= 0.3
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    client2 = fast_client([dead, b.url], concurrency=1, max_retries=3)
+    assert [r.content for r in asyncio.run(three(client2, dead))] == ["b"] * 3

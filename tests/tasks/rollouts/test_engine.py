@@ -199,3 +199,35 @@ def test_prefect_experience_task_one_domain_batch(ws: Workspace, prefect_harness
         rep = one()
     assert rep["run_id"] == "prefect--shop" and rep["rollout"]["written"] == 2
     assert rep["trajectories"] == 2 and rep["passed"] == 2
+
+
+def test_each_conversation_keeps_one_single_slot_server(ws: Workspace) -> None:
+    """Two single-slot scripted servers: every agent turn of a conversation goes to the same server
+    (its lane, so a llama.cpp prompt cache keeps its prefix), both servers are used, and one
+    conversation is in flight per server. The client records which server answered each turn."""
+    import asyncio
+    from collections import defaultdict
+
+    from agentscaler.llm import LLMClient
+    from tasks.rollouts.engine import rollout_async
+
+    scen = select_scenarios(ws, "all")
+    served: dict[tuple[str, int], list[str]] = defaultdict(list)
+
+    class Recording(LLMClient):
+        async def chat(self, messages, *args, **kwargs):  # type: ignore[override]
+            reply = await super().chat(messages, *args, **kwargs)
+            if kwargs.get("stage") == "rollout_agent":  # a conversation: its opening and its trial
+                served[(json.dumps(messages[:2]), kwargs["cache_salt"])].append(reply.endpoint)
+            return reply
+
+    async def go(urls: list[str]) -> dict:
+        async with Recording(urls, model="scripted", concurrency=1) as c:
+            return await rollout_async(ws, scen, "lanes", c, trials=2, cfg=_cfg())
+
+    with scripted_server(ws, delay=0.02) as a, scripted_server(ws, delay=0.02) as b:
+        rep = asyncio.run(go([a, b]))
+    assert rep["written"] == 2 * len(scen) and rep["max_in_flight"] == 2 and not rep["errors"]
+    assert len(served) == 2 * len(scen) and sum(map(len, served.values())) > len(served)  # several turns each
+    assert all(len(set(v)) == 1 for v in served.values()), served
+    assert {v[0] for v in served.values()} == {a, b}

@@ -4,7 +4,7 @@ server's prompt cache keeps serving a domain's system prompt and tools (our own 
 from __future__ import annotations
 
 from agentscaler.llm import LLMClient
-from tasks.rollouts.engine import by_domain, in_flight_limit
+from tasks.rollouts.engine import by_domain, in_flight_limit, lanes
 from tests.tasks.rollouts.test_rejection import _scenario
 
 
@@ -16,3 +16,9 @@ def test_conversations_start_grouped_by_domain():
 def test_one_conversation_at_a_time_against_one_slot():
     assert in_flight_limit(LLMClient("http://127.0.0.1:9/v1", concurrency=1)) == 1
     assert in_flight_limit(LLMClient(["http://a/v1", "http://b/v1"], concurrency=4)) == 16
+
+
+def test_one_conversation_per_single_slot_server_each_on_its_lane():
+    two = LLMClient(["http://a/v1", "http://b/v1"], concurrency=1)
+    assert in_flight_limit(two) == 2 and lanes(two) == ["http://a/v1", "http://b/v1"]
+    assert lanes(LLMClient(["http://a/v1", "http://b/v1"], concurrency=4)) is None
