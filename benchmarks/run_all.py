@@ -36,7 +36,7 @@ from benchmarks.results_io import RESULTS, Results, commit, load_results  # noqa
 README = ROOT / "README.md"
 STATUS = "run_all.json"  # the last outcome of every script, kept across runs (one script may run alone)
 # Hours-long runs: only when named (`make bench BENCH=closed_loop`); their results files still count.
-LONG = {"closed_loop", "bench_train", "bench_prefix", "bench_synth_llm", "bench_bfcl", "bench_demo"}
+LONG = {"closed_loop", "bench_train", "bench_prefix", "bench_lanes", "bench_synth_llm", "bench_bfcl", "bench_demo"}
 QUICK_TIMEOUT_S = 900  # bench_faults --quick took 414-516 s at load 13-23
 FULL_TIMEOUT_S = 4 * 3600
 MARKERS = {"figures": ("<!-- figures:start -->", "<!-- figures:end -->"),
