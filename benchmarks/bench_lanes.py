@@ -1,4 +1,4 @@
-"""Per-request cost of multi-turn evaluation requests: conversations interleaved on a single-slot server vs each on its lane.
+"""Per-request cost of multi-turn evaluation requests: interleaved on a single-slot server vs each on its lane.
 
 bench_prefix measures a conversation's first request (the domain's system prompt and tools). Later
 turns repeat the whole conversation so far: against llama.cpp's one slot, the prompt cache serves it
@@ -83,9 +83,9 @@ async def run_arm(client: LLMClient, convs: list[list[dict[str, Any]]], interlea
         s, n = await send(client, req)
         lat.append(s)
         prompt.append(n)
-    return {"requests": len(lat), "wall_s": round(time.perf_counter() - t0, 1), "median_s": round(statistics.median(lat), 3),
-            "mean_s": round(statistics.fmean(lat), 3), "p90_s": round(sorted(lat)[int(0.9 * (len(lat) - 1))], 3),
-            "median_prompt_tokens": statistics.median(prompt)}
+    return {"requests": len(lat), "wall_s": round(time.perf_counter() - t0, 1),
+            "median_s": round(statistics.median(lat), 3), "mean_s": round(statistics.fmean(lat), 3),
+            "p90_s": round(sorted(lat)[int(0.9 * (len(lat) - 1))], 3), "median_prompt_tokens": statistics.median(prompt)}
 
 
 def main() -> None:
@@ -140,15 +140,16 @@ def main() -> None:
                       source="the same requests, two conversations alternating on the slot, same run"),
         aim="15.6 s / 4 = 3.9 s per request (issue 19)", meets_aim=bool(after and after <= 3.9)))
     rec.layers = ["none: no tool code runs here (recorded conversations)"]
-    lines = [f"Recorded conversations: {len(convs)} of run `{run_dir.name}` (longest first, one per scenario), the first "
-             f"{a.turns} agent requests of each, sent to one llama.cpp server ({model}, {a.threads} thread(s), n_ctx "
-             f"{a.n_ctx}) with the run's temperature ({cfg.get('temperature')}) and each trial's seed; replies afresh.", "",
+    lines = [f"Recorded conversations: {len(convs)} of run `{run_dir.name}` (longest first, one per scenario), the "
+             f"first {a.turns} agent requests of each, sent to one llama.cpp server ({model}, {a.threads} thread(s), "
+             f"n_ctx {a.n_ctx}) with the run's temperature ({cfg.get('temperature')}) and each trial's seed; replies "
+             "afresh.", "",
              "| arm | requests | median s | mean s | p90 s | median prompt tokens | wall s |", "|---|---|---|---|---|---|---|"]
     for name, runs in arms.items():
         lines += [f"| {name} | {r['requests']} | {r['median_s']} | {r['mean_s']} | {r['p90_s']} | "
                   f"{r['median_prompt_tokens']} | {r['wall_s']} |" for r in runs]
-    lines += ["", f"Median per-request cost, interleaved / lanes: **{out['median_ratio']}x**; lanes: {after} s a request "
-              f"(issue 19's anchor, quoted: 15.6 s, a first request of the demo workspace before prefix reuse)."]
+    lines += ["", f"Median per-request cost, interleaved / lanes: **{out['median_ratio']}x**; lanes: {after} s a "
+              "request (issue 19's anchor, quoted: 15.6 s, a first request of the demo workspace before prefix reuse)."]
     rec.write("\n".join(lines))
 
 

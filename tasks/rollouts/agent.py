@@ -26,7 +26,8 @@ def agent_system_prompt(domain: str, description: str = "") -> str:
 
 async def agent_turn(client: LLMClient, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
                      temperature: float = 0.0, max_tokens: int = 512, salt: Any = None,
-                     seed: int | None = None, endpoint: str | None = None) -> tuple[dict[str, Any], ChatReply | None, str | None]:
+                     seed: int | None = None,
+                     endpoint: str | None = None) -> tuple[dict[str, Any], ChatReply | None, str | None]:
     """One assistant turn: (message to append, reply or None, format error or None).
 
     Transient LLM errors propagate (the caller retries the turn); a malformed reply becomes a
