@@ -474,8 +474,19 @@ class Worker:
         image, also of those that committed nothing (for a caller that re-measures that they did not)."""
         # tools.py runs afresh before the first episode too: tool code may have run in this child
         # before the round trip (calls, an earlier round trip), changing its module globals
-        conn, parts, out, dirty, ran = self.conn, [], [], True, True
+        parts, out, dirty, ran = [], [], True, True
         for calls in episodes:
+            if self.conn.total_changes:
+                # Statements changed rows on this connection (a write, or a read tool's rolled-back
+                # DML): SQLite's changes(), last_insert_rowid() and total_changes() would carry them
+                # into this episode, so it gets a new connection holding the seed, counters at 0 as
+                # in a fresh child. Episodes that changed no row keep the connection and its
+                # prepared statements (their counters are still 0).
+                made = self._episode_connection()
+                self.conn.close()
+                self.conn, self.guard, self.db = made
+                dirty = False
+            conn = self.conn
             if conn.in_transaction:
                 conn.rollback()
             if dirty:

@@ -110,3 +110,24 @@ def test_call_from_seed_starts_every_call_at_the_seed_and_answers_as_call_does(t
         assert "reset" in e.call("get_user", {"user_id": "u1"}).error  # the environment's own episode is over
         e.reset()
         assert e.call("get_user", {"user_id": "u1"}).ok
+
+
+def test_an_episode_sees_sqlite_counters_of_its_own_connection_only(tmp_path):
+    """SQLite's changes(), last_insert_rowid() and total_changes() belong to the connection: a
+    shared-child replay must not carry one episode's into the next (a fresh child starts at 0)."""
+    dest = build_shop(tmp_path / "shop")
+    (dest / "tools.py").write_text((dest / "tools.py").read_text() + "\n\n_get_user = get_user\n\n\n"
+                                   "def get_user(db, user_id):\n"
+                                   "    c = db.query('SELECT changes() AS c, last_insert_rowid() AS r, total_changes() AS t')\n"
+                                   "    return {**_get_user(db, user_id), 'counters': c[0]}\n")
+    write = [("place_order", {"user_id": "u1", "product_id": "p3", "quantity": 1})]
+    read = [("get_user", {"user_id": "u1"})]
+    eps = [write + read, read, write, read, read]
+    with Environment.open(dest, unsafe=UNSAFE) as e:
+        shared = [[r.text() for r in res] for res, _ in e.replay(eps)]
+        fresh = [[r.text() for r in res] for res, _ in e.replay(eps, fresh=True)]
+        alone = [[[r.text() for r in res] for res, _ in e.replay([ep], fresh=True)][0] for ep in eps]
+    assert shared == fresh == alone
+    counters = [[r for r in res if "counters" in r] for res in shared]
+    assert '"counters": {"c": 0, "r": 0, "t": 0}' not in counters[0][0]  # its own insert counts
+    assert all('"counters": {"c": 0, "r": 0, "t": 0}' in c[0] for c in counters[1:] if c)
