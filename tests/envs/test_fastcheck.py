@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
@@ -22,11 +22,29 @@ flat_prop = st.one_of(
                                         "description": st.text(max_size=5), "title": st.just("T")}),
     st.fixed_dictionaries({"enum": st.lists(st.text(max_size=2), min_size=1, max_size=3)},
                           optional={"type": st.just("string")}))
-beyond_prop = st.one_of(  # beyond the flat subset: the checker must refuse these schemas (or agree anyway)
+int_enum = st.fixed_dictionaries({"enum": st.lists(st.integers(-2, 2), min_size=1, max_size=3)},
+                                 optional={"type": st.sampled_from(["integer", "number"]), "description": st.just("d")})
+array_prop = st.fixed_dictionaries({"type": st.just("array"), "items": st.one_of(flat_prop, int_enum)},
+                                   optional={"description": st.just("d"), "default": st.just([])})
+object_prop = st.fixed_dictionaries(
+    {"type": st.just("object"), "properties": st.dictionaries(names, st.one_of(flat_prop, int_enum, array_prop),
+                                                              max_size=3)},
+    optional={"required": st.lists(names, max_size=2), "additionalProperties": st.booleans(),
+              "default": st.just({}), "description": st.just("d")})
+nested_prop = st.one_of(int_enum, array_prop, object_prop)
+beyond_prop = st.one_of(
+    st.fixed_dictionaries({"items": st.just({"type": "integer"})}),  # items without type array
+    st.fixed_dictionaries({"type": st.just(["array", "null"]), "items": st.just({"type": "integer"})}),
+    st.fixed_dictionaries({"properties": st.just({"a": {"type": "integer"}}), "required": st.just(["a"])}),
+    st.fixed_dictionaries({"type": st.just("object"), "additionalProperties": st.just({"type": "string"})}),
+    st.fixed_dictionaries({"type": st.just("array"), "items": st.just({"type": "string", "minLength": 1})}),
+    st.fixed_dictionaries({"type": st.just("string"), "enum": st.lists(st.integers(0, 2), min_size=1, max_size=2)}),
+    st.fixed_dictionaries({"enum": st.lists(st.one_of(st.integers(0, 2), st.booleans()), min_size=1, max_size=3)}),
+    st.fixed_dictionaries({"type": st.just("string"), "format": st.just("date")}),  # beyond the flat subset: the checker must refuse these schemas (or agree anyway)
     st.fixed_dictionaries({"type": st.just("string"), "minLength": st.integers(0, 2)}),
     st.fixed_dictionaries({"enum": st.lists(json_scalar, min_size=1, max_size=3)}),
     st.fixed_dictionaries({"type": st.just("array"), "items": st.just({"type": "integer"})}))
-prop_schema = st.one_of(flat_prop, flat_prop, flat_prop, flat_prop, beyond_prop)
+prop_schema = st.one_of(flat_prop, flat_prop, flat_prop, flat_prop, nested_prop, nested_prop, beyond_prop)
 schemas = st.fixed_dictionaries(
     {"properties": st.dictionaries(names, prop_schema, max_size=4)},
     optional={"type": st.just("object"), "required": st.lists(names, max_size=3),
@@ -36,10 +54,20 @@ schemas = st.one_of(schemas, schemas, schemas, st.fixed_dictionaries({"propertie
                                                                      "minProperties": st.just(1)}))
 
 
+def _walk(schema):
+    """Every sub-schema of a schema (dicts), itself included."""
+    yield schema
+    for key in ("properties",):
+        for sub in (schema.get(key) or {}).values() if isinstance(schema.get(key), dict) else ():
+            yield from _walk(sub)
+    if isinstance(schema.get("items"), dict):
+        yield from _walk(schema["items"])
+
+
 TRICKY = [0, 1, -1, 1.0, -2.0, 2.5, float("nan"), float("inf"), True, False, None, "", "x", "a", [], [1], {}, {"a": 1}]
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_flat_checker_agrees_with_jsonschema(data):
     schema = data.draw(schemas)
@@ -47,8 +75,11 @@ def test_flat_checker_agrees_with_jsonschema(data):
     if check is None:
         return
     v = Draft202012Validator(schema)
-    enum_values = [e for p in schema["properties"].values() for e in p.get("enum", [])]
-    values = st.one_of(st.sampled_from(TRICKY + enum_values), json_value)
+    enum_values = [e for p in _walk(schema) for e in p.get("enum", []) if isinstance(p, dict)]
+    scalars = st.sampled_from(TRICKY + enum_values)
+    values = st.recursive(st.one_of(scalars, json_value),
+                          lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(names, inner, max_size=3)),
+                          max_leaves=4)
     for a in data.draw(st.lists(st.dictionaries(names, values, max_size=4), min_size=1, max_size=8)):
         assert check(a) == v.is_valid(a), (schema, a)
 
@@ -80,3 +111,28 @@ def test_subset_boundaries():
     assert flat_checker({"type": "object", "additionalProperties": {"type": "string"}}) is None
     assert flat_checker({"type": "array"}) is None
     assert flat_checker({"properties": {"e": {"enum": [1, True]}}}) is None
+
+
+def test_nested_subset_boundaries():
+    """Lists and small objects of the flat subset, and integer enums, are checked here; a value
+    they refuse is refused, and what lies beyond is still left to jsonschema."""
+    schema = {"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "string"}, "description": "d", "default": []},
+        "who": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+                "required": ["name"], "additionalProperties": False},
+        "level": {"type": "integer", "enum": [1, 2, 7]}}, "required": ["level"]}
+    check, v = flat_checker(schema), Draft202012Validator(schema)
+    assert check is not None
+    for args in ({"level": 1}, {"level": 2.0}, {"level": True}, {"level": 3}, {"level": "1"},
+                 {"level": 1, "tags": ["a", "b"]}, {"level": 1, "tags": ["a", 1]}, {"level": 1, "tags": "a"},
+                 {"level": 7, "who": {"name": "x", "age": 3}}, {"level": 7, "who": {"age": 3}},
+                 {"level": 7, "who": {"name": "x", "age": 3.5}}, {"level": 7, "who": {"name": "x", "z": 1}},
+                 {"level": 7, "who": ["name"]}):
+        assert check(args) == v.is_valid(args), args
+    assert not check({"level": True}) and not check({"level": 1, "tags": ["a", 1]}) and not check({"level": 7, "who": {}})
+    for beyond in ({"type": "array", "items": {"type": "string", "minLength": 1}},  # a keyword beyond, inside
+                   {"items": {"type": "string"}},  # items without the array type
+                   {"type": "object", "properties": {"a": {}}, "minProperties": 1},
+                   {"type": "object", "additionalProperties": {"type": "string"}},
+                   {"enum": [1, True]}, {"type": "string", "enum": [1]}, {"type": "string", "format": "date"}):
+        assert flat_checker({"type": "object", "properties": {"p": beyond}}) is None, beyond
