@@ -438,9 +438,10 @@ def verify_part(ws: Workspace, path: Path, max_repeats: int = 3, replayer: Repla
         t_verify = time.perf_counter()
         part.results = [((k, d, part.lines[i]), r) for (k, d, i), r in results]
         part.judged = [_judged(t) for t in trajs]
+        verdicts = [t.verdict.model_dump() if t.verdict else None for t in trajs]  # dumped once, used twice
         part.rows = [{"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain, "trial": t.trial,
-                      "verdict": t.verdict.model_dump() if t.verdict else None} for t in trajs]
-        part.out = [_with_verdict(t, raw) for t, raw in zip(trajs, raws)]
+                      "verdict": v} for t, v in zip(trajs, verdicts)]
+        part.out = [_with_verdict(t, raw, v) for t, raw, v in zip(trajs, raws, verdicts)]
         # Freed here, by reference counting, while the collector is still off: enabled with them
         # alive, its first young collection would walk every object the run made (a quarter of
         # the verifier's time on 3,000 real trajectories).
@@ -458,6 +459,19 @@ def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, e
     """Verify every trajectory of a run; write verified.jsonl, verify.json (and embed verdicts).
     `shards` (tasks.verify.shards.Shards): its processes verify the lines, each its domains,
     and the parts are merged here in line order: the same files as verified in this process."""
+    # Merging, summarizing and encoding make as many short-lived objects as verify_part (which see);
+    # the cyclic collector stays off until they are freed, with _verify_run's frame.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _verify_run(ws, run_id, max_repeats, embed, replayer, shards)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _verify_run(ws: Workspace, run_id: str | None, max_repeats: int, embed: bool, replayer: Replayer | None,
+                shards: Any) -> dict[str, Any]:
     run_id = run_id or latest_run(ws)
     if run_id is None:
         raise FileNotFoundError(f"no rollout runs under {ws.root / 'rollouts'}")
@@ -491,22 +505,35 @@ def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, e
     return report
 
 
-# How our writers end a line whose trajectory has no verdict yet (pydantic's model_dump_json).
-NO_VERDICT = b',"verdict":null}'
+# How our writers put the verdict: the object's last member.
+VERDICT_KEY = b',"verdict":'
 
 
-def _with_verdict(traj: Trajectory, line: bytes | None) -> bytes:
-    """The trajectory's line with its verdict. A line that ends in `"verdict":null}` and names no
-    other "verdict" gets the verdict in its place (that member is the object's last, and its only
-    one: the same object as the line's with the verdict replaced, the rest kept byte for byte);
-    any other line read by orjson is parsed again and dumped with the verdict replaced; a line
-    orjson refused, the model dumped."""
-    verdict = traj.verdict.model_dump() if traj.verdict else None
+def _with_verdict(traj: Trajectory, line: bytes | None, verdict: Any = ...) -> bytes:
+    """The trajectory's line with its verdict (`verdict`: its model_dump(), when the caller has it).
+
+    A line (read by orjson: valid JSON) that names "verdict" once, as `,"verdict":` followed by
+    bytes that parse as one JSON value up to the line's closing `}`, gets the new verdict in that
+    value's place: the rest kept byte for byte. Sound: a `"` after a `,` is not escaped, so it
+    starts a string, the key `"verdict"`; its value parses alone only if nothing but the object's
+    closing brace follows it, and the line's last `}` closes the top-level object, so the key is
+    the object's own, its last member and (named once) its only verdict. Our writers' lines end
+    so (`"verdict":null}` before verification, the old verdict after). Any other line read by
+    orjson is parsed again and dumped with the verdict replaced; a line orjson refused, the model
+    dumped."""
+    if verdict is ...:
+        verdict = traj.verdict.model_dump() if traj.verdict else None
     if line is not None:
         body = line.rstrip()
         try:
-            if body.endswith(NO_VERDICT) and body.count(b'"verdict"') == 1:
-                return body[:-len(NO_VERDICT)] + b',"verdict":' + orjson.dumps(verdict) + b"}\n"
+            at = body.rfind(VERDICT_KEY)
+            if at >= 0 and body.endswith(b"}") and body.count(b'"verdict"') == 1:
+                try:
+                    orjson.loads(body[at + len(VERDICT_KEY):-1])
+                except orjson.JSONDecodeError:
+                    pass
+                else:
+                    return body[:at] + VERDICT_KEY + orjson.dumps(verdict) + b"}\n"
             return orjson.dumps({**orjson.loads(line), "verdict": verdict}) + b"\n"
         except (TypeError, orjson.JSONEncodeError):
             pass  # a value of the verdict's diff orjson will not encode: the model's own encoder

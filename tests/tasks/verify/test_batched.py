@@ -13,6 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
+import orjson
 import pytest
 
 from agentscaler.artifacts import TRAJECTORIES, load_scenarios, load_trajectories
@@ -170,13 +171,29 @@ def test_a_verdict_put_into_the_line_gives_the_object_a_full_rewrite_gives(run: 
     nested = t.model_copy(deep=True)
     nested.tools = [*nested.tools, {"type": "function", "function": {"name": "x", "verdict": None}}]  # a second key
     judged = t.model_copy(deep=True, update={"verdict": Verdict(passed=True)})
-    for line in (plain, plain + b"\n", *(x.model_dump_json().encode() for x in (quoted, nested, judged))):
+    failed = t.model_copy(deep=True, update={"verdict": Verdict(passed=False, reasons=["turn_limit"],
+                                                                 attribution="agent")})
+    obj = json.loads(plain)
+    first = json.dumps({"verdict": {"passed": True}, **{k: v for k, v in obj.items() if k != "verdict"}},
+                       separators=(",", ":")).encode()  # the verdict not the last member
+    spaced = plain[:-1] + b' , "verdict" : {"passed": true}  }'  # a second verdict member, spaced
+    lines = (plain, plain + b"\n", *(x.model_dump_json().encode() for x in (quoted, nested, judged, failed)),
+             first, spaced)
+    for line in lines:
         for v in (Verdict(passed=True), Verdict(passed=False, reasons=["state_mismatch"], attribution="agent",
                                                 diff=[{"table": "t", "key": "k", "expected": 1, "actual": 2}])):
             t.verdict = v
             out = _with_verdict(t, line)
             assert out.endswith(b"}\n") and out.count(b"\n") == 1
-            assert json.loads(out) == {**json.loads(line), "verdict": v.model_dump()}
+            want = {**json.loads(line), "verdict": v.model_dump()}
+            assert json.loads(out) == want and out.count(b'"verdict"') <= line.count(b'"verdict"')
+            assert _with_verdict(t, line, v.model_dump()) == out
+    # an old verdict, the last member, is replaced in place: the bytes before it are the line's
+    for line in (judged.model_dump_json().encode(), failed.model_dump_json().encode()):
+        t.verdict = Verdict(passed=False, reasons=["state_mismatch"], attribution="agent")
+        out = _with_verdict(t, line)
+        cut = line.rindex(b',"verdict":')
+        assert out[:cut] == line[:cut] and out[cut:] == b',"verdict":' + orjson.dumps(t.verdict.model_dump()) + b"}\n"
 
 
 def test_shards_write_what_one_process_writes(ws: Workspace, run: list[Trajectory]) -> None:
