@@ -134,8 +134,8 @@ def main() -> None:
     rec.figures.append(Figure(
         name="per-request cost of multi-turn evaluation requests, one conversation per lane", value=after, unit="s",
         median=after, ratio_to_anchor=round(after / before, 3) if before else None,
-        workload=f"real: {len(convs)} recorded conversations of run {run_dir.name}, their first {a.turns} agent "
-                 f"requests each, {model}, one {a.threads}-thread server",
+        workload=f"real: the {len(convs)} longest recorded conversations of run {run_dir.name} (lanes gain most "
+                 f"there), their first {a.turns} agent requests each, {model}, one {a.threads}-thread server",
         anchor=Anchor(value=before, unit="s", kind="measured",
                       source="the same requests, two conversations alternating on the slot, same run"),
         aim="15.6 s / 4 = 3.9 s per request (issue 19)", meets_aim=bool(after and after <= 3.9)))
