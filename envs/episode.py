@@ -130,21 +130,27 @@ def read_state_oracle(domain_dir: Path) -> Any:
         return None
 
 
-def write_state_oracle(domain_dir: Path | str) -> bool:
+def write_state_oracle(domain_dir: Path | str, oracle: StateOracle | None = None) -> bool:
     """Keep the state oracle's seed digests and pages beside the domain's seed (ORACLE_FILE), so
     that a later opening of the domain (a verifier's) takes them instead of computing them. No
-    tool code runs (the oracle reads the seed here). True when written, False when the one there
-    is already for this seed and these tables."""
+    tool code runs (the oracle reads the seed here). `oracle`: the domain's, already open (a
+    build's Environment.state_oracle(), opened the way this one would be): its seed digests are
+    kept rather than computed again. True when written, False when the one there is already for
+    this seed and these tables."""
     domain_dir = Path(domain_dir)
-    spec = DomainSpec.load(domain_dir)
-    oracle = StateOracle(spec.tables, store.load_seed_bytes(domain_dir / spec.seed_path), read_state_oracle(domain_dir))
+    own = oracle is None
+    if oracle is None:
+        spec = DomainSpec.load(domain_dir)
+        oracle = StateOracle(spec.tables, store.load_seed_bytes(domain_dir / spec.seed_path),
+                             read_state_oracle(domain_dir))
     try:
         if oracle.from_store:
             return False
         atomic_write_json(domain_dir / ORACLE_FILE, oracle.stored())
         return True
     finally:
-        oracle.close()
+        if own:
+            oracle.close()
 
 
 class Environment:

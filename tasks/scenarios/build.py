@@ -270,11 +270,12 @@ def _build_scenarios(ws_or_domain_dir: Workspace | Path | str, domain_id: str, p
             env = Environment.open(domain_dir, unsafe=unsafe)
         try:
             scenarios, report = generate(env, spec, domain_dir, domain_id, params, intent_writer)
+            oracle = env.state_oracle()  # gold execution's: its seed digests are already computed
         finally:
             if own_env:
                 env.close()
         atomic_write_jsonl(out_path, [s.model_dump(mode="json") for s in scenarios])
-        write_state_oracle(domain_dir)  # the seed's digests, once here rather than at each verifier's opening
+        write_state_oracle(domain_dir, oracle)  # the seed's digests, once here rather than at each verifier's opening
         report.update(seconds=round(time.perf_counter() - t0, 4), skipped=False, path=str(out_path))
         fh = _file_hash(out_path)
         atomic_write_json(meta_path, {"params": params.model_dump(), "params_hash": params.key(),

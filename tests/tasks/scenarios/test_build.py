@@ -175,6 +175,14 @@ def test_build_writes_valid_grounded_scenarios(shop: Path, spec: DomainSpec, env
     assert len({s.id for s in scen}) == len(scen)
     assert {s.read_only for s in scen} == {True, False}
     assert max(len(s.gold_calls) for s in scen) >= 3 and max(len(s.gold_calls) for s in scen) <= 4
+    # the seed's oracle file, kept from gold execution's oracle: what computing it afresh gives
+    from envs import store
+    from envs.episode import ORACLE_FILE
+    from envs.state import StateOracle
+
+    fresh = StateOracle(spec.tables, store.load_seed_bytes(shop / spec.seed_path))
+    assert json.loads((shop / ORACLE_FILE).read_text()) == json.loads(json.dumps(fresh.stored()))
+    fresh.close()
     chained = 0
     for s in scen:
         assert s.split == domain_split("shop")
