@@ -275,9 +275,10 @@ def stage_config(cfg: ClosedLoopConfig, base: Path, dataset_dir: Path, output_di
 
 
 def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: list[str] | None,
-                     max_steps: int | None, log: Any = print) -> dict[str, Any]:
+                     max_steps: int | None, log: Any = print, reuse_main: bool = False) -> dict[str, Any]:
     """Export the data of `domains` (None: all) in sessions and train one checkpoint; skipped when a run
-    with the same data and config finished before. Returns {export, train}."""
+    with the same data and config finished before, or (reuse_main) when the main run trained on the same
+    rows for `max_steps` steps. Returns {export, train, key} (+ reused_from)."""
     base = ws.root / "closed_loop" / name
     runs = [GOLD_RUN, *cfg.experience_runs]
     check_contamination(ws)  # cached by content; the export refuses scenarios never screened
@@ -286,6 +287,10 @@ def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: l
     if not export["stages"]["stage1"]["rows"]["train"]:
         raise ValueError(f"{name}: no training rows (export report {base / 'sft' / 'report.json'}: dropped "
                          f"{export.get('dropped')})")
+    main = main_run_on_same_data(ws, base, max_steps) if reuse_main else None
+    if main is not None:
+        log(f"[closed-loop] {name}: the main run trained on the same rows for {max_steps} steps, reusing its checkpoint")
+        return {"export": _export_brief(export), "train": main["train"], "key": main["key"], "reused_from": "main"}
     conf = stage_config(cfg, base_checkpoint(ws, cfg.base_model), base / "sft", base / "model", max_steps)
     key = content_hash({"data": json.loads((base / "sft" / "stage1" / "report.json").read_text())["content_hash"],
                         "config": conf})
@@ -302,6 +307,22 @@ def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: l
     result = train_stage(ws, 1, config=conf_path)
     atomic_write_json(key_path, {"key": key})
     return {"export": _export_brief(export), "train": result, "key": key}
+
+
+def main_run_on_same_data(ws: Workspace, point: Path, steps: int | None) -> dict[str, Any] | None:
+    """The budgeted main run as a scaling point: when it finished after `steps` optimizer steps on the very
+    rows `point` exported (same content hash), training again would cost ~20 CPU-minutes for a model
+    whose only difference is that its warmup and cosine learning rate ran on the clock instead of on
+    steps. Returns {train, key}, or None."""
+    main = ws.root / "closed_loop" / "main"
+    paths = (main / "sft" / "stage1" / "report.json", point / "sft" / "stage1" / "report.json",
+             main / "model" / "result.json", main / "model" / "key.json")
+    if steps is None or not all(p.exists() for p in paths):
+        return None
+    data_main, data_point, result, key = (json.loads(p.read_text()) for p in paths)
+    if data_main["content_hash"] != data_point["content_hash"] or result.get("global_step") != steps:
+        return None
+    return {"train": result, "key": key["key"]}
 
 
 def _export_brief(export: dict[str, Any]) -> dict[str, Any]:
@@ -488,12 +509,14 @@ def scaling_curve(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any =
             log(f"[closed-loop] scaling point {label}: only {len(order)} train domains, skipped")
             continue
         subset = order[:n]
-        run = export_and_train(ws, cfg, f"scaling-{n}", subset, steps, log)
+        run = export_and_train(ws, cfg, f"scaling-{n}", subset, steps, log, reuse_main=n == len(order))
         name = f"{cfg.base_model}-sft-{run['key'][:8]}"
         rep = evaluate_model(ws, cfg, Path(run["train"]["final_dir"]), name, cfg.scaling_k, log=log)["heldout"]
         points.append({"domains": n, "label": label if label != "all" else f"all ({n})",
+                       "checkpoint": "the main run's (learning rate on the clock)" if run.get("reused_from") else "own",
                        "export": run["export"], "train": {k: v for k, v in _train_brief(run["train"]).items()
                                                           if k != "curve"}, **_point(ws, rep)})
+        points.sort(key=lambda p: p["domains"])  # points may be asked for in any order (e.g. all before 128)
         atomic_write_json(ws.reports_dir / "scaling.json", {"steps": steps, "points": points, "config": cfg.model_dump()})
     out = {"steps": steps, "points": points, "config": cfg.model_dump(),
            "figure": str(plot_scaling(points, ws.reports_dir / "scaling.png"))}

@@ -465,6 +465,10 @@ def scaling_markdown(out: dict[str, Any]) -> str:
         lines.append(f"| {p['label']} | {sum((conv.get('train') or {}).values()) if conv else 0} | {_interval(p['pass^1'])} "
                      f"| {_interval(p['single_call'])} | {_interval(p['multi_call'])} | {d.get('right_first_tool')} "
                      f"| {_t((p.get('train') or {}).get('last_loss'))} |")
+    reused = [p["label"] for p in out["points"] if p.get("checkpoint", "own") != "own"]
+    if reused:
+        lines += ["", (f"Point {', '.join(reused)}: the main run's checkpoint (the same rows and the same number of "
+                       "steps; its warmup and cosine learning rate ran on the clock instead of on steps).")]
     lines += ["", f"![scaling curve]({Path(out['figure']).name})", ""]
     return "\n".join(lines)
 

@@ -15,7 +15,7 @@ from agentscaler.artifacts import load_scenarios, load_trajectories
 from agentscaler.workspace import Workspace
 from benchmarks import run_all
 from flows.closed_loop import (ClosedLoopConfig, _logged_steps, closed_loop, gold_replay_run, interim_comparison,
-                               progress, stage_config, train_domains)
+                               main_run_on_same_data, progress, scaling_curve, stage_config, train_domains)
 from tasks.rollouts.gold import GOLD_AGENT
 from tasks.scenarios.build import build_scenarios
 from tests.conftest import copy_workspace, load_shop_builder
@@ -121,6 +121,14 @@ def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     assert now["base"]["finished"] and now["base"]["run_id"] == out["base"]["heldout"]["run_id"]
     assert now["trained"]["finished"] and now["trained"]["run_id"] == out["trained"]["heldout"]["run_id"]
     assert now["train"]["global_step"] == out["train"]["global_step"]
+    # the scaling curve's "all" point trains on the main run's rows for its steps: the main checkpoint is reused
+    curve = scaling_curve(ws, cfg.model_copy(update={"scaling_points": ["all"]}), log=lambda *_: None)
+    base_point, all_point = curve["points"]
+    assert (base_point["domains"], all_point["domains"]) == (0, 1) and curve["steps"] == out["train"]["global_step"]
+    assert all_point["checkpoint"].startswith("the main run's") and all_point["train"]["final_dir"] == out["train"]["final_dir"]
+    assert not (ws.root / "closed_loop" / "scaling-1" / "model").exists()  # nothing trained for it
+    assert all_point["scenarios"] == 2 and all_point["run_id"] != out["trained"]["heldout"]["run_id"]  # k = 1: its own run
+    assert "Point all (1): the main run's checkpoint" in (ws.reports_dir / "scaling.md").read_text()
 
 
 def test_progress_reads_a_running_training_log(tmp_path):
@@ -132,3 +140,20 @@ def test_progress_reads_a_running_training_log(tmp_path):
     got = _logged_steps(log)
     assert got == {"steps_logged": 2, "last_loss": "0.14", "tokens_seen": "3.6e+04", "learning_rate": "9.9e-05",
                    "eval_loss": ["0.13"]}
+
+
+def test_the_main_run_stands_for_a_point_only_on_the_same_rows_and_steps(tmp_path):
+    """Files written here in the shapes export_and_train leaves (report hashes, result, key)."""
+    ws = Workspace(tmp_path / "ws")
+    main, point = ws.root / "closed_loop" / "main", ws.root / "closed_loop" / "scaling-3"
+    for run, digest in ((main, "aaaa"), (point, "aaaa")):
+        (run / "sft" / "stage1").mkdir(parents=True)
+        (run / "sft" / "stage1" / "report.json").write_text(json.dumps({"content_hash": digest}))
+    (main / "model").mkdir()
+    (main / "model" / "result.json").write_text(json.dumps({"global_step": 10, "final_dir": "m"}))
+    (main / "model" / "key.json").write_text(json.dumps({"key": "k1"}))
+    assert main_run_on_same_data(ws, point, 10) == {"train": {"global_step": 10, "final_dir": "m"}, "key": "k1"}
+    assert main_run_on_same_data(ws, point, 12) is None  # other steps
+    assert main_run_on_same_data(ws, point, None) is None
+    (point / "sft" / "stage1" / "report.json").write_text(json.dumps({"content_hash": "bbbb"}))
+    assert main_run_on_same_data(ws, point, 10) is None  # other rows
