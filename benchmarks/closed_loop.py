@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/closed_loop.py --workspace /work/cl/ws [--budget-minutes 90]
     # the scaling curve: 0 (base), 8, 32, 128 and all train domains, the same steps, k = 1
     .venv/bin/python benchmarks/closed_loop.py --workspace /work/cl/ws --domains 8,32,128,all
+    # tau2's test splits added to a loop run with --no-tau2 (the trained model never saw tau2)
+    .venv/bin/python benchmarks/closed_loop.py --workspace /work/cl/ws --tau2-only
 
 A workspace without environments is built first (bfcl + tau2 + nestful, rule-based synthesis). Every
 phase resumes (content-hash run ids, training keys), so a killed run picks up where it stopped: run
@@ -96,7 +98,8 @@ def report_progress(ws, out: dict, no_copy: bool) -> None:
 
 def main() -> None:
     from agentscaler.workspace import Workspace
-    from flows.closed_loop import ClosedLoopConfig, closed_loop, interim_comparison, progress, scaling_curve
+    from flows.closed_loop import (ClosedLoopConfig, closed_loop, interim_comparison, progress, scaling_curve,
+                                   tau2_comparison)
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workspace", required=True)
@@ -112,6 +115,9 @@ def main() -> None:
     ap.add_argument("--session-length", type=int, default=None)
     ap.add_argument("--experience-runs", nargs="*", default=None, help="accepted agent experience runs to train on too")
     ap.add_argument("--no-tau2", action="store_true", help="skip tau2's test splits")
+    ap.add_argument("--tau2-only", action="store_true", help="add tau2's test splits, base vs the main run's "
+                    "checkpoint, to a finished loop's report (nothing trained, the held-out comparison untouched)")
+    ap.add_argument("--tau2-max-scenarios", type=int, default=None, help="per tau2 split (default: every test task)")
     ap.add_argument("--threads", type=int, default=None, dest="torch_threads", help="training threads")
     ap.add_argument("--server-threads", type=int, default=None, help="each model server's threads (default 1)")
     ap.add_argument("--server-replicas", type=int, default=None, help="model servers per evaluation (default 2)")
@@ -126,6 +132,7 @@ def main() -> None:
     if a.pop("no_tau2"):
         a["tau2"] = False
     only_progress = a.pop("progress")
+    tau2_only = a.pop("tau2_only")
     if domains:
         a["scaling_points"] = [d.strip() for d in domains.split(",") if d.strip()]
     cfg = ClosedLoopConfig(**{k: v for k, v in a.items() if v is not None})
@@ -134,7 +141,7 @@ def main() -> None:
         return
     t0 = time.time()
     with LoadSampler() as load:
-        out = scaling_curve(ws, cfg) if domains else closed_loop(ws, cfg)
+        out = scaling_curve(ws, cfg) if domains else tau2_comparison(ws, cfg) if tau2_only else closed_loop(ws, cfg)
     name = "scaling" if domains else "closed_loop"
     out["benchmark"] = {"wall_s": round(time.time() - t0, 1), "load_average": load.summary()}
     md = (ws.reports_dir / f"{name}.md").read_text()

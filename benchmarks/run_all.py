@@ -186,7 +186,7 @@ def closed_loop_table(out_dir: Path) -> str:
 def _closed_loop_comparison(d: dict) -> str:
     """The comparison's tables (tasks.evaluation.compare.markdown), with where they come from."""
     from tasks.evaluation.compare import markdown as compare_markdown
-    from tasks.evaluation.report import cost_table
+    from tasks.evaluation.report import cost_table, tau2_settings_line
 
     cfg, ev, tr, bench = d["config"], d["eval_set"], d["train"], d.get("benchmark", {})
     base, trained = d["base"]["heldout"], d["trained"]["heldout"]
@@ -204,7 +204,7 @@ def _closed_loop_comparison(d: dict) -> str:
            "during the last invocation" if load else "; load not recorded") + ".", "",
         compare_markdown(d["comparison"], base["model"], trained["model"]).rstrip("\n"), "", *cost_table(d)]
     if d.get("tau2_comparison"):
-        lines += ["", "tau2-bench test splits (airline + retail, scored as tau2 scores them):", "",
+        lines += ["", f"tau2-bench test splits (scored as tau2 scores them): {tau2_settings_line(d)}", "",
                   compare_markdown(d["tau2_comparison"], base["model"], trained["model"]).rstrip("\n")]
     return "\n".join(lines) + "\n"
 

@@ -85,6 +85,11 @@ class ClosedLoopConfig(BaseModel):
     k: int = 4
     tau2: bool = True
     tau2_k: int = 1
+    # tau2's policy and tool schemas alone take ~3.5k tokens with SmolLM2's tokenizer (airline 3,492, retail
+    # 3,620): its splits get their own servers with SmolLM2's full trained context
+    tau2_n_ctx: int = 8192
+    tau2_domains: list[str] = Field(default_factory=lambda: list(DOMAINS))
+    tau2_max_scenarios: int | None = None  # per split; None: every test task (airline 20, retail 40)
     max_turns: int = 3  # scripted-user turns after the request
     max_steps: int = 4  # agent tool-call rounds per turn
     max_tokens: int = 256
@@ -207,23 +212,38 @@ def evaluate_model(ws: Workspace, cfg: ClosedLoopConfig, checkpoint: Path, name:
     set with k trials; with tau2, also on tau2's test splits (cfg.tau2_k trials)."""
     ids = load_eval_set(ws, cfg.eval_set)["scenario_ids"]
     done = finished_evaluation(ws, name, rollout_config(cfg, k), k, ids)
-    if done is not None and not tau2:
-        return {"heldout": done}  # a resumed loop: nothing to roll out, no server to start
-    out: dict[str, Any] = {}
-    t0 = time.perf_counter()
-    options = {"max_new_tokens": cfg.max_tokens} if cfg.engine == "hf" else {"n_ctx": cfg.n_ctx}
-    with serve(LOCAL, checkpoint=checkpoint, engine=cfg.engine, precision=cfg.precision, model_alias=name,
-               threads=cfg.server_threads, replicas=cfg.server_replicas, log_path=ws.reports_dir / f"server-{name}.log",
-               **options) as urls:
-        out["heldout"] = evaluate(ws, urls, model=name, k=k, split="heldout", scenario_ids=ids,
-                                  cfg=rollout_config(cfg, k), concurrency=1, timeout=600)
-        out["heldout"]["servers"] = len(urls)
+    out: dict[str, Any] = {"heldout": done} if done is not None else {}  # a resumed loop: no server to start
+    if done is None:
+        t0 = time.perf_counter()
+        with serve_model(ws, cfg, checkpoint, name, cfg.n_ctx) as urls:
+            out["heldout"] = evaluate(ws, urls, model=name, k=k, split="heldout", scenario_ids=ids,
+                                      cfg=rollout_config(cfg, k), concurrency=1, timeout=600)
+            out["heldout"]["servers"] = len(urls)
         log(f"[closed-loop] {name}: held-out pass^k {_overall(out['heldout'])} ({time.perf_counter() - t0:.0f} s)")
-        if tau2:
-            out["tau2"] = evaluate(ws, urls, model=name, k=cfg.tau2_k, split="heldout", tau2=True,
-                                   cfg=rollout_config(cfg, cfg.tau2_k), concurrency=1, timeout=600)
-            log(f"[closed-loop] {name}: tau2 pass^k {_overall(out['tau2'])}")
+    if tau2:
+        out["tau2"] = evaluate_tau2(ws, cfg, checkpoint, name, log)
     return out
+
+
+def evaluate_tau2(ws: Workspace, cfg: ClosedLoopConfig, checkpoint: Path, name: str, log: Any = print) -> dict[str, Any]:
+    """tau2's test splits (cfg.tau2_domains, cfg.tau2_k trials), scored as tau2 scores them, on servers with
+    cfg.tau2_n_ctx positions (tau2's prefix alone is ~3.5k tokens)."""
+    t0 = time.perf_counter()
+    with serve_model(ws, cfg, checkpoint, name, cfg.tau2_n_ctx, suffix="-tau2") as urls:
+        rep = evaluate(ws, urls, model=name, k=cfg.tau2_k, split="heldout", tau2=list(cfg.tau2_domains),
+                       max_scenarios=cfg.tau2_max_scenarios, cfg=rollout_config(cfg, cfg.tau2_k), concurrency=1,
+                       timeout=600)
+        rep["servers"] = len(urls)
+    log(f"[closed-loop] {name}: tau2 pass^k {_overall(rep)} ({time.perf_counter() - t0:.0f} s)")
+    return rep
+
+
+def serve_model(ws: Workspace, cfg: ClosedLoopConfig, checkpoint: Path, name: str, n_ctx: int, suffix: str = "") -> Any:
+    """`serve` the way every compared model is served: the same runtime, threads, replicas and context."""
+    options = {"max_new_tokens": cfg.max_tokens} if cfg.engine == "hf" else {"n_ctx": n_ctx}
+    return serve(LOCAL, checkpoint=checkpoint, engine=cfg.engine, precision=cfg.precision, model_alias=name,
+                 threads=cfg.server_threads, replicas=cfg.server_replicas,
+                 log_path=ws.reports_dir / f"server-{name}{suffix}.log", **options)
 
 
 def finished_evaluation(ws: Workspace, model: str, rcfg: RolloutConfig, k: int, ids: list[str]) -> dict[str, Any] | None:
@@ -379,11 +399,43 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
     out["comparison"] = compare(base["heldout"], trained["heldout"])
     if cfg.tau2:
         out["tau2_comparison"] = compare(base["tau2"], trained["tau2"])
+        out["tau2_settings"] = tau2_settings(ws, cfg)
     out["figures"] = {"training_curve": str(plot_training_curve(out["train"]["curve"],
                                                                 ws.reports_dir / "closed_loop_training.png"))}
     atomic_write_json(ws.reports_dir / "closed_loop.json", out)
     atomic_write_text(ws.reports_dir / "closed_loop.md", closed_loop_markdown(out))
     return out
+
+
+def tau2_comparison(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = print) -> dict[str, Any]:
+    """tau2's test splits, base vs the main run's checkpoint, added to a finished loop's
+    reports/closed_loop.{json,md}: for a loop run with tau2 off, whose trained model never saw a tau2
+    domain (tau2 then is held out entirely, as the paper evaluates on it). The held-out comparison is
+    not touched; `cfg` gives only the tau2 settings (trials, context, splits)."""
+    cfg = cfg or ClosedLoopConfig()
+    path = ws.reports_dir / "closed_loop.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no finished closed loop to add tau2's splits to")
+    out = json.loads(path.read_text())
+    run_cfg = ClosedLoopConfig(**{**out["config"], **cfg.model_dump(include={"tau2_k", "tau2_n_ctx", "tau2_domains",
+                                                                             "tau2_max_scenarios"})})
+    models = {"base": (base_checkpoint(ws, run_cfg.base_model), out["base"]["heldout"]["model"]),
+              "trained": (Path(out["train"]["final_dir"]), out["trained"]["heldout"]["model"])}
+    reports = {side: evaluate_tau2(ws, run_cfg, ckpt, name, log) for side, (ckpt, name) in models.items()}
+    for side, rep in reports.items():
+        out[side]["tau2"] = _eval_brief(ws, rep)
+    out["tau2_comparison"] = compare(reports["base"], reports["trained"], run_cfg.tau2_k)
+    out["tau2_settings"] = tau2_settings(ws, run_cfg)
+    atomic_write_json(path, out)
+    atomic_write_text(ws.reports_dir / "closed_loop.md", closed_loop_markdown(out))
+    return out
+
+
+def tau2_settings(ws: Workspace, cfg: ClosedLoopConfig) -> dict[str, Any]:
+    """How tau2 was scored, and whether the training data could hold tau2 (gold replays of its train split)."""
+    gold_domains = {t.domain for t in load_trajectories(ws, GOLD_RUN)}
+    return {**cfg.model_dump(include={"tau2_k", "tau2_n_ctx", "tau2_domains", "tau2_max_scenarios"}),
+            "trained_on_tau2": any(is_tau2(d) for d in gold_domains)}
 
 
 def _eval_brief(ws: Workspace, report: dict[str, Any]) -> dict[str, Any]:

@@ -380,6 +380,22 @@ def report_markdown(run_id: str | None, counts: dict[str, int], sizes: list[int]
 
 
 # ------------------------------------------------------------- closed loop and scaling curve
+def tau2_settings_line(out: dict[str, Any]) -> str:
+    """How a closed loop's tau2 comparison was run, and whether the trained model had seen tau2."""
+    st, cfg = out.get("tau2_settings") or {}, out["config"]
+    tasks = "every test task" if st.get("tau2_max_scenarios") is None else f"the first {st['tau2_max_scenarios']} test tasks"
+    seen = {True: "saw tau2's train split in training", False: "never saw a tau2 domain in training",
+            None: "trained with the loop's settings"}[st.get("trained_on_tau2")]
+    agree = [(out[s].get("tau2") or {}).get("tau2_agreement") or {} for s in ("base", "trained")]
+    line = (f"{', '.join(st.get('tau2_domains') or cfg.get('tau2_domains') or ['airline', 'retail'])}: {tasks}, "
+            f"k = {st.get('tau2_k', cfg.get('tau2_k'))}, servers with {st.get('tau2_n_ctx', cfg.get('n_ctx'))} positions; "
+            f"the trained model {seen}.")
+    if all(a.get("cases") for a in agree):
+        line += (f" tau2's own evaluator agrees with our DB verdict on {sum(a['agree'] for a in agree)} of "
+                 f"{sum(a['cases'] for a in agree)} sampled action sequences.")
+    return line
+
+
 def closed_loop_markdown(out: dict[str, Any]) -> str:
     """reports/closed_loop.md from reports/closed_loop.json (flows/closed_loop.py)."""
     cfg, ev, tr = out["config"], out["eval_set"], out["train"]
@@ -393,8 +409,8 @@ def closed_loop_markdown(out: dict[str, Any]) -> str:
         compare_markdown(out["comparison"], "base", "trained"),
     ]
     if out.get("tau2_comparison"):
-        lines += ["## tau2-bench test splits (airline + retail, scored as tau2 scores them)", "",
-                  compare_markdown(out["tau2_comparison"], "base", "trained")]
+        lines += ["## tau2-bench test splits (airline + retail, scored as tau2 scores them)", "", tau2_settings_line(out),
+                  "", compare_markdown(out["tau2_comparison"], "base", "trained")]
     ex = out["export"]
     lines += [
         "## Training", "",

@@ -15,7 +15,8 @@ from agentscaler.artifacts import load_scenarios, load_trajectories
 from agentscaler.workspace import Workspace
 from benchmarks import run_all
 from flows.closed_loop import (ClosedLoopConfig, _logged_steps, closed_loop, gold_replay_run, interim_comparison,
-                               main_run_on_same_data, progress, scaling_curve, stage_config, train_domains)
+                               main_run_on_same_data, progress, scaling_curve, stage_config, tau2_comparison,
+                               train_domains)
 from tasks.rollouts.gold import GOLD_AGENT
 from tasks.scenarios.build import build_scenarios
 from tests.conftest import copy_workspace, load_shop_builder
@@ -129,6 +130,15 @@ def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     assert not (ws.root / "closed_loop" / "scaling-1" / "model").exists()  # nothing trained for it
     assert all_point["scenarios"] == 2 and all_point["run_id"] != out["trained"]["heldout"]["run_id"]  # k = 1: its own run
     assert "Point all (1): the main run's checkpoint" in (ws.reports_dir / "scaling.md").read_text()
+    # tau2's test split added afterwards, base vs the same checkpoint, the held-out comparison untouched
+    tau2 = tau2_comparison(ws, ClosedLoopConfig(tau2_domains=["retail"], tau2_max_scenarios=2), log=lambda *_: None)
+    assert tau2["comparison"] == json.loads(json.dumps(cmp)) and tau2["train"]["final_dir"] == out["train"]["final_dir"]
+    for side in ("base", "trained"):
+        assert tau2[side]["tau2"]["scenarios"] == 2 and tau2[side]["tau2"]["model"] == out[side]["heldout"]["model"]
+    assert tau2["tau2_comparison"]["groups"]["overall"]["scenarios"] == 2
+    assert tau2["tau2_settings"]["trained_on_tau2"] is False  # the loop ran with tau2 off
+    md = (ws.reports_dir / "closed_loop.md").read_text()
+    assert "retail: the first 2 test tasks, k = 1, servers with 8192 positions; the trained model never saw" in md
 
 
 def test_progress_reads_a_running_training_log(tmp_path):
