@@ -118,6 +118,8 @@ def main() -> None:
     ap.add_argument("--tau2-only", action="store_true", help="add tau2's test splits, base vs the main run's "
                     "checkpoint, to a finished loop's report (nothing trained, the held-out comparison untouched)")
     ap.add_argument("--tau2-max-scenarios", type=int, default=None, help="per tau2 split (default: every test task)")
+    ap.add_argument("--stop-when-failed", action="store_true", default=None, help="end a trial once verification "
+                    "must fail it (a repeated call, a malformed reply): same verdicts, fewer requests")
     ap.add_argument("--threads", type=int, default=None, dest="torch_threads", help="training threads")
     ap.add_argument("--server-threads", type=int, default=None, help="each model server's threads (default 1)")
     ap.add_argument("--server-replicas", type=int, default=None, help="model servers per evaluation (default 2)")

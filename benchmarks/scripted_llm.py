@@ -8,6 +8,8 @@ tested without model noise. Modes (the agent side; requests carrying `tools`):
 - chatty: never calls a tool, always says it will do it (for stop-refusal and no_tool_calls);
 - coin: oracle when the request's seed (the trial) is even, chatty when it is odd (rejection
   sampling with a known acceptance: half the samples of every scenario pass);
+- looper: makes the scenario's first gold call again after every tool result, never answering (a
+  model that loops to the step limit, for settled-failure stops);
 Requests without tools (a simulated user) get a request first, then "Thanks. ###STOP###".
 GET /stats: requests served and the time-averaged number in flight since the first request.
 
@@ -76,8 +78,8 @@ class Script:
         if gold is None:
             return _text("How can I help you?")
         done = sum(len(m.get("tool_calls") or []) for m in msgs if m.get("role") == "assistant")
-        if done < len(gold):
-            c = gold[done]
+        if done < len(gold) or self.mode == "looper":
+            c = gold[0 if self.mode == "looper" else done]
             return {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
                 "role": "assistant", "content": None, "tool_calls": [{"id": f"call_{done}", "type": "function",
                     "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}]}}],
@@ -123,7 +125,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--delay", type=float, default=0.2)
-    ap.add_argument("--mode", default="oracle", choices=["oracle", "chatty", "coin"])
+    ap.add_argument("--mode", default="oracle", choices=["oracle", "chatty", "coin", "looper"])
     ap.add_argument("--scenarios", nargs="*", default=[])
     ap.add_argument("--fail-first", type=int, default=0)
     ap.add_argument("--scenarios-glob", default=None, help="Scenario files to (re-)read on an unknown intent.")

@@ -168,8 +168,11 @@ def evaluate(ws: Workspace, base_url: str | list[str], *, model: str = "smollm2-
         for name in names:
             tau2_domain_dir(ws, name)
         domains = [f"tau2_{n}" for n in names]
-    # Evaluation users never see the gold state: no goal check, whatever the caller passed.
+    # Evaluation users never see the gold state: no goal check, whatever the caller passed. tau2 scores
+    # its own way (no repetition rule): its conversations are never cut short as settled failures.
     cfg = (cfg or RolloutConfig()).model_copy(update={"goal_check": False})
+    if tau2:
+        cfg = cfg.model_copy(update={"stop_when_failed": False})
     t0 = time.perf_counter()
     rollout = run_rollouts(ws, base_url, model=model, trials=k, split=split, max_scenarios=max_scenarios,
                            domains=domains, cfg=cfg, run_id=run_id, concurrency=concurrency, timeout=timeout,

@@ -1,7 +1,8 @@
 """One rollout conversation: a simulated user talks to the agent, the agent calls the domain's tools.
 
-The conversation ends when the user sends STOP, at the turn limit, or on a fatal error (a
-non-transient LLM error, transient errors that outlast `turn_retries`, a sandbox failure). A
+The conversation ends when the user sends STOP, at the turn limit, on a fatal error (a
+non-transient LLM error, transient errors that outlast `turn_retries`, a sandbox failure), or, with
+`stop_when_failed`, once verification must fail it (settled_failure). A
 transient error retries the *turn*, not the conversation. The user's stop is refused once (per
 announcement, at most twice a conversation) when the agent's last message announced an action
 and no call followed it (tau2-bench's "user quits while the agent is still working" failure).
@@ -14,6 +15,7 @@ n_stop_refused, n_turn_retries, n_sandbox_errors, n_step_limit...), which the ve
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,13 +23,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentscaler.hashing import content_hash
+from agentscaler.hashing import call_key, content_hash
 from agentscaler.llm import LLMClient, LLMError
 from agentscaler.models import Scenario, Trajectory
 from tasks.rollouts.agent import agent_turn
 from tasks.rollouts.users import UserTurn, announces_action, last_agent_text, read_goal_values, reply_has_values
 
-END_REASONS = ("user_stop", "turn_limit", "fatal_error")
+END_REASONS = ("user_stop", "turn_limit", "fatal_error", "settled_failure")
+MAX_REPEATS = 3  # tasks.verify.verify's default: one call or text this often fails a trajectory
 
 class RolloutConfig(BaseModel):
     """Everything that shapes a conversation (the run id hashes it, so a re-run resumes)."""
@@ -51,12 +54,43 @@ class RolloutConfig(BaseModel):
     max_stop_refusals: int = 2
     max_in_flight: int | None = None  # conversations at once (default: tasks.rollouts.engine.in_flight_limit)
     unsafe: bool = False  # run tool code without the sandbox's isolation (tests on machines without it)
+    # End a conversation (end_reason "settled_failure") once our verifier must fail it whatever follows
+    # (settled_failure below): a looping model otherwise spends its requests up to the turn limit. Off
+    # where a verdict is not ours alone (tau2 scores its own way); the run id hashes it only when on.
+    stop_when_failed: bool = False
 
 
 def sampling_temperature(trials: int, temperature: float | None = None) -> float:
     """The agent's (and LLM user's) temperature: as given, else 0 for one trial and 0.7 for k > 1
     (k trials at temperature 0 would be k copies of one sample)."""
     return temperature if temperature is not None else (0.7 if trials > 1 else 0.0)
+
+
+def settled_failure(messages: list[dict[str, Any]], format_errors: int) -> bool:
+    """Whether tasks.verify.verify.check_dialogue must fail this conversation whatever comes next: a
+    malformed reply, or one call (name and arguments by value) or one text-only reply made MAX_REPEATS
+    times (its repetition rule at its default)."""
+    if format_errors:
+        return True
+    calls: Counter = Counter()
+    texts: Counter = Counter()
+    for m in messages:
+        if m.get("role") != "assistant":
+            continue
+        content = (m.get("content") or "").strip() if isinstance(m.get("content"), str) else ""
+        if content and not m.get("tool_calls"):
+            texts[content] += 1
+        for c in m.get("tool_calls") or []:
+            fn = c.get("function") or {}
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args) if args.strip() else {}
+                except ValueError:
+                    continue
+            if isinstance(args, dict):
+                calls[call_key(fn.get("name"), args)] += 1
+    return any(n >= MAX_REPEATS for n in (*calls.values(), *texts.values()))
 
 
 def trajectory_id(run_id: str, scenario_id: str, trial: int) -> str:
@@ -67,6 +101,10 @@ def pending_write(messages: list[dict[str, Any]]) -> bool:
     """The agent's last message is text announcing an action, and no tool call followed it."""
     last = messages[-1] if messages else {}
     return last.get("role") == "assistant" and not last.get("tool_calls") and announces_action(last.get("content"))
+
+
+class _Settled(Exception):
+    """The conversation's failure is settled (settled_failure): end it here."""
 
 
 class _Fatal(Exception):
@@ -128,6 +166,10 @@ async def run_conversation(scenario: Scenario, trial: int, run_id: str, client: 
         times["goal_check_s"] += time.perf_counter() - t
         return h == scenario.gold_hash
 
+    def settle() -> None:
+        if cfg.stop_when_failed and settled_failure(messages, counters["format_errors"]):
+            raise _Settled
+
     try:
         turn = await _retry_turn(user.first, cfg, counters)
         add_user(turn)
@@ -144,11 +186,13 @@ async def run_conversation(scenario: Scenario, trial: int, run_id: str, client: 
                     counters["agent_turns"] += 1
                     if ferr is not None:
                         counters["format_errors"] += 1
+                        settle()
                         break
                     tokens["agent_prompt"] += reply.usage.get("prompt_tokens", 0)
                     tokens["agent_completion"] += reply.usage.get("completion_tokens", 0)
                     times["agent_llm_s"] += reply.latency_s
                     if not reply.tool_calls:
+                        settle()
                         break
                     for call in reply.tool_calls:
                         t = time.perf_counter()
@@ -161,6 +205,7 @@ async def run_conversation(scenario: Scenario, trial: int, run_id: str, client: 
                                 counters["sandbox_errors"] += 1
                         messages.append({"role": "tool", "tool_call_id": call["id"], "name": call["name"],
                                          "content": res.text()})
+                    settle()
                 else:
                     counters["step_limit"] += 1
                 reached = await goal_reached()
@@ -175,6 +220,8 @@ async def run_conversation(scenario: Scenario, trial: int, run_id: str, client: 
                 if turn.stop:
                     end_reason = "user_stop"
                     break
+    except _Settled:
+        end_reason = "settled_failure"
     except _Fatal as exc:
         end_reason, error = "fatal_error", f"llm: {exc}"
     except Exception as exc:  # noqa: BLE001 - a sandbox or engine failure ends this conversation only

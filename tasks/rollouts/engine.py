@@ -38,6 +38,8 @@ from tasks.rollouts.writer import TrajectoryWriter
 
 def default_run_id(model: str, cfg: RolloutConfig, trials: int, scenario_ids: list[str]) -> str:
     keep = cfg.model_dump(exclude={"max_in_flight", "unsafe", "turn_retries", "retry_wait"})
+    if not keep["stop_when_failed"]:
+        del keep["stop_when_failed"]  # runs made before the setting existed keep their ids (and resume)
     return "r" + content_hash({"model": model, "cfg": keep, "trials": trials, "scenarios": sorted(scenario_ids)}, 12)
 
 

@@ -27,7 +27,7 @@ import orjson
 from agentscaler.workspace import Workspace
 from envs.episode import Environment
 from tasks.verify.replay import OPEN_THREADS, Replayer
-from tasks.verify.verify import Part, verify_part
+from tasks.verify.verify import MAX_REPEATS, Part, verify_part
 
 DOMAIN = re.compile(rb'"domain":"((?:[^"\\]|\\.)*)"')  # our writers put it before the messages
 
@@ -65,7 +65,7 @@ class Shards:
             self.conns.append(mine)
             self.procs.append(proc)
 
-    def verify(self, path: Path, max_repeats: int = 3) -> list[Part]:
+    def verify(self, path: Path, max_repeats: int = MAX_REPEATS) -> list[Part]:
         for c in self.conns:
             c.send((str(path), max_repeats))
         parts = [c.recv() for c in self.conns]

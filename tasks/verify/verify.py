@@ -43,7 +43,6 @@ from __future__ import annotations
 import fcntl
 import gc
 import json
-import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -55,14 +54,14 @@ from typing import Any
 import orjson
 
 from agentscaler.artifacts import TRAJECTORIES, load_scenarios, read_trajectory_rows
-from agentscaler.hashing import canonical_json
+from agentscaler.hashing import call_key, canonical_json
 from agentscaler.models import Scenario, Trajectory, Verdict
 from agentscaler.schemas import check, value_problem
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json, atomic_write_jsonl
 from envs.episode import Checked
 from envs.fastcheck import flat_checker
 from envs.spec import DomainSpec
-from tasks.rollouts.conversation import pending_write
+from tasks.rollouts.conversation import MAX_REPEATS, pending_write
 from tasks.verify.passk import passk_report
 from tasks.verify.replay import DomainReplay, Replayed, Replayer
 
@@ -111,32 +110,6 @@ class DomainTools:
             ok = self._seen[key] = c is not None and value_problem(args) is None \
                 and ((fast is not None and fast(args)) or c.is_valid(args))
         return ok
-
-
-def _norm(v: Any, finite: bool = False) -> Any:
-    """Numbers compare by value (1 == 1.0) in call matching. finite: a NaN or an infinity raises
-    ValueError (orjson would write it as null)."""
-    if isinstance(v, float):
-        if v.is_integer():
-            return int(v)
-        if finite and not math.isfinite(v):
-            raise ValueError("not a finite number")
-        return v
-    if isinstance(v, dict):
-        return {k: _norm(x, finite) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_norm(x, finite) for x in v]
-    return v
-
-
-def call_key(name: str, args: dict[str, Any]) -> str:
-    """The text two calls share when they are the same call (name, arguments by value). Keys are
-    only compared within one process: orjson's sorted-key text (5x faster), or canonical JSON for
-    what orjson would not write exactly (NaN, infinities, integers over 64 bits, odd objects)."""
-    try:
-        return orjson.dumps([name, _norm(args, True)], option=orjson.OPT_SORT_KEYS).decode()
-    except (ValueError, TypeError):  # orjson.JSONEncodeError is a TypeError
-        return canonical_json([name, _norm(args)])
 
 
 def calls_match(agent: list[tuple[str, dict[str, Any]]], gold: list[tuple[str, dict[str, Any]]],
@@ -205,7 +178,8 @@ class Dialogue:
     empty_user: bool = False
 
 
-def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools, max_repeats: int = 3) -> Dialogue:
+def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools,
+                   max_repeats: int = MAX_REPEATS) -> Dialogue:
     """The static checks: everything that needs no replay (form, schemas, repetition, the end)."""
     d = Dialogue(reasons=set())
     reasons = d.reasons
@@ -291,6 +265,9 @@ def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools, max
         reasons.add("no_tool_calls")
     if traj.end_reason == "turn_limit":
         reasons.add("turn_limit")
+    elif traj.end_reason == "settled_failure":  # the engine stopped it as failed (conversation.settled_failure)
+        if not reasons & {"repetition", "malformed_dialogue"}:
+            reasons.add("fatal_error")  # ... but nothing here fails it: a conversation cut short
     elif traj.end_reason not in ("user_stop",):
         reasons.add("fatal_error")
     return d
@@ -335,7 +312,7 @@ def judge(traj: Trajectory, scenario: Scenario, tools: DomainTools, d: Dialogue,
 
 
 def verify_trajectory(traj: Trajectory, scenario: Scenario, tools: DomainTools, replay: Replayed | None,
-                      max_repeats: int = 3) -> Verdict:
+                      max_repeats: int = MAX_REPEATS) -> Verdict:
     """The Verdict of one trajectory against its scenario, given its replay (tasks.verify.replay)."""
     return judge(traj, scenario, tools, check_dialogue(traj, scenario, tools, max_repeats), replay)
 
@@ -357,6 +334,8 @@ def attribute(traj: Trajectory, scenario: Scenario, user_texts: list[str], tool_
     if traj.end_reason == "fatal_error" or traj.tokens.get("n_sandbox_errors", 0) or unstable \
             or any("sandbox was restarted" in t for t in tool_texts):
         return "environment"
+    if traj.end_reason == "settled_failure":
+        return "agent"  # it repeated itself or replied malformed: what followed cannot excuse it
     if empty_user or not any(m.get("role") == "assistant" for m in traj.messages if isinstance(m, dict)):
         return "user"  # empty turns, or the user ended before the agent said anything
     said = " ".join(user_texts).lower()
@@ -410,7 +389,7 @@ class Part:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def verify_part(ws: Workspace, path: Path, max_repeats: int = 3, replayer: Replayer | None = None,
+def verify_part(ws: Workspace, path: Path, max_repeats: int = MAX_REPEATS, replayer: Replayer | None = None,
                 take: Callable[[bytes], bool] | None = None) -> Part:
     """Read, check, replay and judge the lines of a trajectories file (those `take` accepts: all
     by default), and encode what verify_run writes for them."""
@@ -454,7 +433,7 @@ def verify_part(ws: Workspace, path: Path, max_repeats: int = 3, replayer: Repla
     return part
 
 
-def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = 3, embed: bool = True,
+def verify_run(ws: Workspace, run_id: str | None = None, max_repeats: int = MAX_REPEATS, embed: bool = True,
                replayer: Replayer | None = None, shards: Any = None) -> dict[str, Any]:
     """Verify every trajectory of a run; write verified.jsonl, verify.json (and embed verdicts).
     `shards` (tasks.verify.shards.Shards): its processes verify the lines, each its domains,
@@ -597,7 +576,7 @@ def _verify_domain(ws: Workspace, rep: Replayer, domain: str, trajs: list[Trajec
     return counts, failed, rows
 
 
-def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int = 3,
+def verify_trajectories(ws: Workspace, trajs: list[Trajectory], max_repeats: int = MAX_REPEATS,
                         replayer: Replayer | None = None, threads: int = REPLAY_THREADS) -> dict[str, Any]:
     """Set .verdict on each trajectory (in place); return the funnel, attribution, pass^k and
     replay report. `replayer` keeps domains' sandbox workers open across calls (default: opened

@@ -16,12 +16,13 @@ from agentscaler.artifacts import TRAJECTORIES
 from agentscaler.llm_server import free_port
 from agentscaler.models import Trajectory
 from agentscaler.workspace import Workspace, read_jsonl
-from tasks.rollouts.conversation import END_REASONS, RolloutConfig, pending_write, trajectory_id
-from tasks.rollouts.engine import run_rollouts, select_scenarios
+from agentscaler.hashing import content_hash
+from tasks.rollouts.conversation import END_REASONS, RolloutConfig, pending_write, settled_failure, trajectory_id
+from tasks.rollouts.engine import default_run_id, run_rollouts, select_scenarios
 from tasks.rollouts.users import NUDGE, announces_action
 from tasks.rollouts.writer import TrajectoryWriter
 from tasks.scenarios.build import build_scenarios
-from tasks.verify.verify import verify_run
+from tasks.verify.verify import verify_run, verify_trajectories
 from tests.conftest import load_shop_builder
 from tests.llm_fixtures import local_llm  # noqa: F401 - session fixture
 from tests.scripted_endpoint import scripted_endpoint
@@ -103,6 +104,55 @@ def test_stop_refused_while_agent_announces_an_action(ws: Workspace) -> None:
     assert [m["content"] for m in t.messages if m["role"] == "user"][1:] == [NUDGE, NUDGE, "Thanks. ###STOP###"]
     v = verify_run(ws, "chatty")
     assert v["reasons"]["no_tool_calls"] == 1 and v["attribution"]["agent"] == 1
+
+
+def test_settled_failure_follows_the_verifiers_rules() -> None:
+    def call(name: str, args: str) -> dict:
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": name, "arguments": args}}]}
+
+    tool = {"role": "tool", "tool_call_id": "c", "content": "{}"}
+    same = [call("get", '{"id": 1}'), tool, call("get", '{"id": 1.0}'), tool]  # 1 == 1.0 by value
+    assert not settled_failure(same, 0)
+    assert settled_failure([*same, call("get", '{"id": 1}')], 0)
+    assert not settled_failure([*same, call("get", '{"id": 2}')], 0)
+    assert settled_failure([{"role": "user", "content": "hi"}], 1)  # a malformed reply fails a trajectory
+    text = {"role": "assistant", "content": "How can I help? "}
+    assert settled_failure([text, text, {"role": "assistant", "content": "How can I help?"}], 0)
+
+
+def test_a_looping_agent_is_stopped_once_its_failure_is_settled(ws: Workspace) -> None:
+    """Scripted looping agent (its first gold call after every result): with stop_when_failed the
+    conversation ends at the third identical call, with the verdict the full conversation gets."""
+    runs = {}
+    with scripted_server(ws, mode="looper") as url:
+        for stop in (False, True):
+            run_id = f"looper-{stop}"
+            run_rollouts(ws, url, model="scripted", split="all", max_scenarios=1, run_id=run_id, use_cache=False,
+                         cfg=_cfg(max_turns=2, max_steps=4, stop_when_failed=stop))
+            v = verify_run(ws, run_id)
+            t = Trajectory.model_validate(read_jsonl(ws.rollout_dir(run_id) / TRAJECTORIES)[0])
+            runs[stop] = (t, v)
+    (full, v_full), (cut, v_cut) = runs[False], runs[True]
+    assert full.end_reason != "settled_failure" and full.tokens["n_agent_turns"] == 8  # 2 turns x the step limit
+    assert cut.end_reason == "settled_failure" and cut.tokens["n_agent_turns"] == cut.tokens["n_tool_calls"] == 3
+    reasons = {stop: {k for k, n in v["reasons"].items() if n} for stop, (_, v) in runs.items()}
+    assert v_full["passed"] == v_cut["passed"] == 0 and "repetition" in reasons[True] <= reasons[False]
+    assert "fatal_error" not in reasons[True]  # a settled stop is not a cut-short conversation
+    assert {k: n for k, n in v_cut["attribution"].items() if n} == {"agent": 1}
+    # a conversation that claims a settled stop but holds no repetition was cut short: a fatal error
+    forged = cut.model_copy(update={"messages": cut.messages[:-2], "verdict": None})
+    verify_trajectories(ws, [forged])
+    assert "fatal_error" in forged.verdict.reasons and "repetition" not in forged.verdict.reasons
+
+
+def test_run_ids_made_without_the_settled_stop_are_unchanged() -> None:
+    """A run made before stop_when_failed existed resumes: the setting enters the id only when on."""
+    cfg = RolloutConfig()
+    before = cfg.model_dump(exclude={"max_in_flight", "unsafe", "turn_retries", "retry_wait", "stop_when_failed"})
+    old = "r" + content_hash({"model": "m", "cfg": before, "trials": 1, "scenarios": ["a"]}, 12)
+    assert default_run_id("m", cfg, 1, ["a"]) == old
+    assert default_run_id("m", cfg.model_copy(update={"stop_when_failed": True}), 1, ["a"]) != old
 
 
 def test_transient_server_errors_retry_the_turn(ws: Workspace) -> None:
