@@ -750,6 +750,7 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
                  checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="With --llm local: serve this HF model dir (a trained stage, or the base model's conversion) instead of the shipped GGUF."),
                  engine: str = typer.Option("llama", "--engine", help="How --checkpoint is served: llama (its GGUF export, the same server and decoding as the base model) | hf (transformers)."),
                  precision: str = typer.Option("f16", "--precision", help="GGUF precision of --checkpoint: f16 | f32."),
+                 stop_when_failed: bool = typer.Option(False, "--stop-when-failed", help="End a trial once verification must fail it (a call or text made 3 times, a malformed reply): the same verdicts, fewer requests; never on --tau2."),
                  as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                  workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Held-out evaluation: pass^k per domain with 95% bootstrap intervals, single- and multi-call apart,
@@ -766,7 +767,7 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
         raise typer.Exit(1)
     temp = sampling_temperature(k)
     cfg = RolloutConfig(user=user, max_turns=max_turns, temperature=temp, user_temperature=temp,
-                        unsafe=Settings.from_env().allow_unsafe_sandbox)
+                        unsafe=Settings.from_env().allow_unsafe_sandbox, stop_when_failed=stop_when_failed)
     with _endpoint(llm, ws, checkpoint, engine, precision) as urls:
         rep = evaluate(ws, urls, model=model or "smollm2-135m", k=k, split=split, max_scenarios=max_scenarios,
                        tau2=tau2, run_id=run, cfg=cfg, concurrency=concurrency, agreement_sample=agreement_sample,

@@ -142,3 +142,19 @@ def test_scripted_user_without_goal_check_judges_the_conversation():
     assert STOP in reply(blind, says, False)
     sighted = ScriptedUser(s, goal_check=True)
     assert STOP in reply(sighted, asks, True) and STOP not in reply(sighted, says, False)
+
+
+def test_cli_evaluate_stops_settled_failures(ws: Workspace) -> None:
+    """`agentscaler evaluate --stop-when-failed --json` against the scripted looping agent (our own
+    plumbing): every trial ends at its third identical call and fails, attributed to the agent."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    with scripted(ws, "looper") as url:
+        res = CliRunner().invoke(app, ["-w", str(ws.root), "evaluate", "--llm", url, "--model", "looper", "--k", "1",
+                                       "--split", "all", "--max-scenarios", "2", "--stop-when-failed", "--json"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    assert rep["trajectories"] == 2 and rep["passed"] == 0 and rep["rollout"]["end_reasons"] == {"settled_failure": 2}
+    assert rep["reasons"]["repetition"] == 2 and rep["attribution"]["agent"] == 2
