@@ -571,8 +571,13 @@ def scaling_curve(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any =
                        "checkpoint": "the main run's (learning rate on the clock)" if run.get("reused_from") else "own",
                        "export": run["export"], "train": {k: v for k, v in _train_brief(run["train"]).items()
                                                           if k != "curve"}, **_point(ws, rep)})
-        points.sort(key=lambda p: p["domains"])  # points may be asked for in any order (e.g. all before 128)
-        atomic_write_json(ws.reports_dir / "scaling.json", {"steps": steps, "points": points, "config": cfg.model_dump()})
+        write_scaling(ws, steps, points, cfg)  # after each point: a run killed later leaves a readable report
+    return write_scaling(ws, steps, points, cfg)
+
+
+def write_scaling(ws: Workspace, steps: int, points: list[dict[str, Any]], cfg: ClosedLoopConfig) -> dict[str, Any]:
+    """reports/scaling.{json,md,png} from the points so far (sorted by domains: they may be asked in any order)."""
+    points.sort(key=lambda p: p["domains"])
     out = {"steps": steps, "points": points, "config": cfg.model_dump(),
            "figure": str(plot_scaling(points, ws.reports_dir / "scaling.png"))}
     atomic_write_json(ws.reports_dir / "scaling.json", out)

@@ -481,6 +481,11 @@ def scaling_markdown(out: dict[str, Any]) -> str:
         lines.append(f"| {p['label']} | {sum((conv.get('train') or {}).values()) if conv else 0} | {_interval(p['pass^1'])} "
                      f"| {_interval(p['single_call'])} | {_interval(p['multi_call'])} | {d.get('right_first_tool')} "
                      f"| {_t((p.get('train') or {}).get('last_loss'))} |")
+    measured = {p["label"].split(" ")[0] for p in out["points"]}
+    missing = [label for label in cfg.get("scaling_points", []) if label not in measured]
+    if missing:
+        lines += ["", f"Not measured: {', '.join(missing)} train domains (a run in progress or stopped before them, "
+                  "or more domains than the workspace trains on)."]
     reused = [p["label"] for p in out["points"] if p.get("checkpoint", "own") != "own"]
     if reused:
         lines += ["", (f"Point {', '.join(reused)}: the main run's checkpoint (the same rows and the same number of "
