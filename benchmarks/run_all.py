@@ -35,8 +35,10 @@ from benchmarks.results_io import RESULTS, Results, commit, load_results  # noqa
 
 README = ROOT / "README.md"
 STATUS = "run_all.json"  # the last outcome of every script, kept across runs (one script may run alone)
-# Hours-long runs: only when named (`make bench BENCH=closed_loop`); their results files still count.
-LONG = {"closed_loop", "bench_train", "bench_prefix", "bench_lanes", "bench_synth_llm", "bench_bfcl", "bench_demo"}
+# Hours-long runs, and bench_settled (it reads a workspace's recorded runs): only when named
+# (`make bench BENCH=closed_loop ARGS=...`); their results files still count.
+LONG = {"closed_loop", "bench_train", "bench_prefix", "bench_lanes", "bench_synth_llm", "bench_bfcl", "bench_demo",
+        "bench_settled"}
 QUICK_TIMEOUT_S = 900  # bench_faults --quick took 414-516 s at load 13-23
 FULL_TIMEOUT_S = 4 * 3600
 MARKERS = {"figures": ("<!-- figures:start -->", "<!-- figures:end -->"),
@@ -172,15 +174,35 @@ def figures_table(results: list[Results], status: dict[str, dict[str, object]], 
 
 def closed_loop_table(out_dir: Path) -> str:
     """Base vs trained from closed_loop.json: flows/closed_loop.py's comparison (pass^k with intervals,
-    paired differences, by length, how far the agent got), then training and cost per request.
+    paired differences, by length, how far the agent got), then training and cost per request; then the
+    environment-scaling curve from scaling.json when there is one.
     A file in the earlier format (one baseline/trained row each, before flows/closed_loop.py) still renders."""
     p = out_dir / "closed_loop.json"
     if not p.exists():
         return "No closed-loop results yet (`make bench BENCH=closed_loop`).\n"
     d = json.loads(p.read_text())
-    if "comparison" in d:
-        return _closed_loop_comparison(d)
-    return _closed_loop_rows(d)
+    text = _closed_loop_comparison(d) if "comparison" in d else _closed_loop_rows(d)
+    return text + scaling_block(out_dir)
+
+
+def scaling_block(out_dir: Path) -> str:
+    """The scaling curve's table (tasks.evaluation.report.scaling_markdown) under its own heading, its
+    figure linked from the README's folder."""
+    from tasks.evaluation.report import scaling_markdown
+
+    p = out_dir / "scaling.json"
+    if not p.exists():
+        return ""
+    d = json.loads(p.read_text())
+    md = scaling_markdown({**d, "figure": d.get("figure") or "scaling.png"})
+    body = md.split("\n", 2)[2]  # without its title line
+    rel = (out_dir / "scaling.png").relative_to(ROOT) if (out_dir / "scaling.png").is_relative_to(ROOT) else "scaling.png"
+    body = re.sub(r"!\[scaling curve\]\([^)]*\)", f"![scaling curve]({rel})", body)
+    load = (d.get("benchmark") or {}).get("load_average")
+    src = (f"From `benchmarks/results/scaling.json` (`benchmarks/closed_loop.py --domains ...`)"
+           + (f"; load (1 min) {load['min']}-{load['max']}, median {load['median']}, during the last invocation" if load
+              else "") + ".")
+    return "\nEnvironment-scaling curve. " + src + "\n\n" + body.strip("\n") + "\n"
 
 
 def _closed_loop_comparison(d: dict) -> str:

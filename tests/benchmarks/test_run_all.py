@@ -223,3 +223,19 @@ def test_bench_demo_reads_an_older_demo_workspace_from_its_catalog(tmp_path):
                        env={**os.environ, "AGENTSCALER_BENCH_RESULTS": str(tmp_path / "none")}, capture_output=True,
                        text=True)
     assert p.returncode != 0 and "not a demo workspace" in p.stderr
+
+
+def test_scaling_curve_joins_the_closed_loop_block(tmp_path):
+    """scaling.json (hand-built points: the test is about the block) renders under the closed-loop table."""
+    iv = {"estimate": 0.05, "low": 0.0, "high": 0.1}
+    points = [{"domains": d, "label": label, "pass^1": iv, "single_call": iv, "multi_call": None, "diagnostics": {},
+               "export": None, "train": None} for d, label in ((0, "0 (base)"), (8, "8"))]
+    (tmp_path / "scaling.json").write_text(json.dumps({
+        "steps": 10, "points": points, "figure": "/elsewhere/scaling.png",
+        "config": {"scaling_k": 1, "batch_size": 1, "grad_accum": 4, "experience_runs": [], "scaling_points": ["8", "32"]},
+        "benchmark": {"load_average": {"min": 1.0, "max": 3.0, "median": 2.0, "cpus": 2}}}))
+    assert run_all.closed_loop_table(tmp_path).startswith("No closed-loop results")  # no comparison: nothing to add to
+    block = run_all.scaling_block(tmp_path)
+    assert "Environment-scaling curve. From `benchmarks/results/scaling.json`" in block and "median 2.0" in block
+    assert "| 8 | 0 | 5.0 [0.0, 10.0] |" in block and "Not measured: 32 train domains" in block
+    assert "![scaling curve](scaling.png)" in block and "# Environment-scaling" not in block
