@@ -25,13 +25,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.results_io import Figure, Recorder  # noqa: E402
 from tasks.rollouts.conversation import settled_failure  # noqa: E402
+from tasks.verify.verify import has_call_markers  # noqa: E402
 
 
 def malformed(m: dict[str, Any]) -> bool:
-    """A recorded reply the verifier calls malformed on its face: tool-call markers left in the text
-    (the engine records an unparsable reply as its raw text)."""
+    """A recorded reply the verifier calls malformed on its face (the engine records an unparsable reply
+    as its raw text, markers and all)."""
     content = m.get("content")
-    return isinstance(content, str) and not m.get("tool_calls") and ("<tool_call>" in content or "</tool_call>" in content)
+    return isinstance(content, str) and not m.get("tool_calls") and has_call_markers(content)
 
 
 def settled_at(messages: list[dict[str, Any]]) -> tuple[int, int | None]:

@@ -69,6 +69,7 @@ from training.tiny import build_tiny_model
 GOLD_RUN = "gold-replay"
 LOG_ITEM = re.compile(r"'(\w+)': '([^']*)'")  # a key and its value in a logged dict
 SCALING_POINTS = ("8", "32", "128", "all")
+TAU2_SETTINGS = {"tau2_k", "tau2_n_ctx", "tau2_domains", "tau2_max_scenarios"}  # how tau2's splits are scored
 
 
 class ClosedLoopConfig(BaseModel):
@@ -420,8 +421,7 @@ def tau2_comparison(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any
     if not path.exists():
         raise FileNotFoundError(f"{path}: no finished closed loop to add tau2's splits to")
     out = json.loads(path.read_text())
-    run_cfg = ClosedLoopConfig(**{**out["config"], **cfg.model_dump(include={"tau2_k", "tau2_n_ctx", "tau2_domains",
-                                                                             "tau2_max_scenarios"})})
+    run_cfg = ClosedLoopConfig(**{**out["config"], **cfg.model_dump(include=TAU2_SETTINGS)})
     models = {"base": (base_checkpoint(ws, run_cfg.base_model), out["base"]["heldout"]["model"]),
               "trained": (Path(out["train"]["final_dir"]), out["trained"]["heldout"]["model"])}
     reports = {side: evaluate_tau2(ws, run_cfg, ckpt, name, log) for side, (ckpt, name) in models.items()}
@@ -437,7 +437,7 @@ def tau2_comparison(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any
 def tau2_settings(ws: Workspace, cfg: ClosedLoopConfig) -> dict[str, Any]:
     """How tau2 was scored, and whether the training data could hold tau2 (gold replays of its train split)."""
     gold_domains = {t.domain for t in load_trajectories(ws, GOLD_RUN)}
-    return {**cfg.model_dump(include={"tau2_k", "tau2_n_ctx", "tau2_domains", "tau2_max_scenarios"}),
+    return {**cfg.model_dump(include=TAU2_SETTINGS),
             "trained_on_tau2": any(is_tau2(d) for d in gold_domains)}
 
 

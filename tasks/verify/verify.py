@@ -178,6 +178,11 @@ class Dialogue:
     empty_user: bool = False
 
 
+def has_call_markers(content: str | None) -> bool:
+    """Tool-call markers left in an assistant's text: a reply the parser could not read (malformed)."""
+    return bool(content) and ("<tool_call>" in content or "</tool_call>" in content)
+
+
 def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools,
                    max_repeats: int = MAX_REPEATS) -> Dialogue:
     """The static checks: everything that needs no replay (form, schemas, repetition, the end)."""
@@ -215,7 +220,7 @@ def check_dialogue(traj: Trajectory, scenario: Scenario, tools: DomainTools,
                 calls = []
             if not calls and not (content or "").strip():
                 reasons.add("malformed_dialogue")
-            if content and ("<tool_call>" in content or "</tool_call>" in content):
+            if has_call_markers(content):
                 reasons.add("malformed_dialogue")
             if content and content.strip() and not calls:
                 text_counts[content.strip()] += 1
