@@ -159,6 +159,43 @@ def schema_grammar(schema: dict[str, Any]) -> str:
     return converter.format_grammar()
 
 
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with its local `$ref`s ("#/$defs/FlightInfo", any JSON pointer into itself) replaced by
+    what they point to and its root `$defs` / `definitions` dropped. Why: a tool's parameters are
+    embedded in the call schema, where "#" means that schema's root, not the parameters' (pydantic
+    writes nested models this way: tau2's airline tools). A schema without `$ref` comes back equal.
+    ValueError for a ref that is not local, points nowhere or is recursive."""
+
+    def resolve(ref: Any) -> Any:
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise ValueError(f"$ref {ref!r} is not a local reference")
+        node: Any = schema
+        for part in [p.replace("~1", "/").replace("~0", "~") for p in ref[1:].split("/")[1:]]:
+            try:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise ValueError(f"$ref {ref!r} points nowhere in the schema") from None
+        return node
+
+    def walk(node: Any, refs: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [walk(v, refs) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" not in node:
+            return {k: walk(v, refs) for k, v in node.items()}
+        ref = node["$ref"]
+        if ref in refs:
+            raise ValueError(f"$ref {ref!r} is recursive")
+        target = walk(resolve(ref), (*refs, ref))
+        rest = {k: walk(v, refs) for k, v in node.items() if k != "$ref"}  # e.g. a description beside it
+        return {**target, **rest} if isinstance(target, dict) else target
+
+    if "$ref" not in json.dumps(schema):
+        return schema
+    return walk({k: v for k, v in schema.items() if k not in ("$defs", "definitions")}, ())
+
+
 @functools.lru_cache(maxsize=64)
 def _tool_calls_grammar(tools_json: str, choice_json: str) -> tuple[str, tuple[str, ...]]:
     tools, tool_choice = json.loads(tools_json), json.loads(choice_json)
@@ -167,7 +204,9 @@ def _tool_calls_grammar(tools_json: str, choice_json: str) -> tuple[str, tuple[s
     for t in tools:
         fn = _function(t)
         try:
-            schema_grammar(fn.get("parameters") or {"type": "object"})
+            params = inline_refs(fn.get("parameters") or {"type": "object"})
+            schema_grammar(params)
+            fn = {**fn, "parameters": params}
         except Exception:  # noqa: BLE001 - the converter rejects this schema: constrain the name only
             loose.append(str(fn.get("name")))
             fn = {**fn, "parameters": {"type": "object"}}

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 from agentscaler.decoding import Sampler, Sampling, call_schema, chat_response, common_prefix, complete, \
-    tool_calls_grammar
+    inline_refs, tool_calls_grammar
 from agentscaler.llm import parse_hermes_tool_calls
 from agentscaler.schemas import check
 
@@ -155,6 +155,40 @@ def test_a_schema_the_converter_rejects_is_constrained_by_name_only():
     tools = [*TOOLS, {"type": "function", "function": {"name": "odd", "parameters": {"$ref": "#/nowhere"}}}]
     gbnf, loose = tool_calls_grammar(tools)
     assert loose == ["odd"] and "tool-call ::=" in gbnf
+
+
+NESTED = {"type": "function", "function": {"name": "book", "parameters": {  # pydantic's layout (tau2 airline)
+    "$defs": {"Flight": {"type": "object", "properties": {"number": {"type": "string"}, "date": {"type": "string"}},
+                         "required": ["number", "date"]}},
+    "type": "object", "properties": {"flights": {"type": "array", "items": {"$ref": "#/$defs/Flight"}},
+                                     "first": {"$ref": "#/$defs/Flight", "description": "The first leg."}},
+    "required": ["flights"]}}}
+
+
+def test_local_refs_are_inlined_and_the_rest_left_equal():
+    params = NESTED["function"]["parameters"]
+    out = inline_refs(params)
+    flight = params["$defs"]["Flight"]
+    assert "$defs" not in out and out["properties"]["flights"]["items"] == flight
+    assert out["properties"]["first"] == {**flight, "description": "The first leg."}
+    plain = TOOLS[1]["function"]["parameters"]
+    assert inline_refs(plain) is plain
+    for bad, why in (({"$ref": "#/nowhere"}, "points nowhere"), ({"$ref": "http://x/s.json"}, "not a local"),
+                     ({"$defs": {"N": {"type": "object", "properties": {"next": {"$ref": "#/$defs/N"}}}},
+                       "$ref": "#/$defs/N"}, "recursive")):
+        with pytest.raises(ValueError, match=why):
+            inline_refs(bad)
+
+
+def test_nested_models_by_ref_are_constrained_beside_other_tools(vocab):
+    """A $ref means the parameters' root, not the call schema's they are embedded in: before inlining,
+    llama.cpp's converter failed the whole request ("Unsupported ref stdin#/$defs/...")."""
+    gbnf, loose = tool_calls_grammar([*TOOLS, NESTED])
+    assert loose == []
+    ok = '\n{"name": "book", "arguments": {"flights": [{"number": "HAT1", "date": "2024-05-01"}]}}\n</tool_call>'
+    bad = '\n{"name": "book", "arguments": {"flights": [{"number": "HAT1"}]}}\n</tool_call>'
+    assert _accepted(vocab, gbnf, ok)
+    assert not _accepted(vocab, gbnf, bad)
 
 
 def test_text_reply_passes_unconstrained(vocab):

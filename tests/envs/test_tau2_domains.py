@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import sqlite3
@@ -50,6 +51,20 @@ def test_spec_tools_and_kinds_come_from_tau2(domain, built):
     for t in spec.tools:
         jsonschema.Draft202012Validator.check_schema(t.parameters)
         assert t.description and t.parameters["type"] == "object"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed")
+@pytest.mark.parametrize("domain", ["airline", "retail"])
+def test_every_tau2_tool_is_constrained_by_its_schema(domain, built):
+    """Airline's nested models are pydantic $refs: the grammar must take them (it failed every request)."""
+    from agentscaler.decoding import tool_calls_grammar
+
+    spec, _ = built[domain]
+    tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                               "parameters": t.parameters}} for t in spec.tools]
+    assert domain == "retail" or any("$ref" in json.dumps(t.parameters) for t in spec.tools)
+    gbnf, loose = tool_calls_grammar(tools)
+    assert loose == [] and "tool-call ::=" in gbnf
 
 
 @pytest.mark.parametrize("domain", ["airline", "retail"])
