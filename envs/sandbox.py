@@ -620,6 +620,8 @@ class WorkerProcess:
     def _send_request(self, obj: dict[str, Any], payload: bytes, timeout: float | None) -> Pending:
         if self.proc is None or self._wfd < 0:
             raise WorkerCrashed("not running")
+        if self.proc.poll() is not None:  # the sandbox is gone: a child it left may still answer for a moment
+            raise WorkerCrashed("exited")
         op = obj.get("op", "")
         body = _dumps(obj).encode("utf-8", "surrogatepass")
         max_body, max_payload, max_reply_payload = self._caps(op, bool(obj.get("image")))
