@@ -80,6 +80,7 @@ def prod(tmp_path_factory):
                    "w2": start_worker(home, url, "cpu-pool", "w2", cwd=root, limit=1, queue="batches")}
         try:
             out, err = again.communicate(timeout=600)
+            _wait_online(url, "cpu-pool", set(workers))
             yield {"url": url, "home": home, "ws": ws, "fresh": Workspace(root / "fresh"),
                    "deployed": json.loads(res.stdout), "redeployed": (again.returncode, out, err), "root": root,
                    "workers": workers, "catalog_url": pg}
@@ -99,6 +100,19 @@ def _drain_to(url: str) -> None:
     with temporary_settings(updates={PREFECT_API_URL: url}):
         for service in (EventsWorker, APILogWorker):
             service.drain_all(timeout=30)
+
+
+def _wait_online(url: str, pool: str, names: set[str], timeout: float = 180) -> None:
+    """Wait until these workers have checked in with the pool: under load one that started slowly
+    let the other take every batch of a test that expects them spread (one batch each)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        workers = _client_call(url, lambda client: client.read_workers_for_work_pool(work_pool_name=pool))
+        online = {w.name for w in workers if getattr(w.status, "value", w.status) == "ONLINE"}
+        if names <= online:
+            return
+        assert time.monotonic() < deadline, f"workers {sorted(names - online)} not online after {timeout} s"
+        time.sleep(0.5)
 
 
 def _client_call(url: str, fn):
