@@ -40,6 +40,7 @@ import numpy as np
 
 from agentscaler.chat_template import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 from agentscaler.llm import LLMFormatError, parse_hermes_tool_calls
+from agentscaler.schemas import local_ref
 
 __all__ = ["Completion", "Runtime", "Sampler", "Sampling", "call_schema", "chat_response", "common_prefix",
            "complete", "grammar_order", "tool_calls_grammar"]
@@ -169,13 +170,10 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     def resolve(ref: Any) -> Any:
         if not isinstance(ref, str) or not ref.startswith("#"):
             raise ValueError(f"$ref {ref!r} is not a local reference")
-        node: Any = schema
-        for part in [p.replace("~1", "/").replace("~0", "~") for p in ref[1:].split("/")[1:]]:
-            try:
-                node = node[int(part)] if isinstance(node, list) else node[part]
-            except (KeyError, IndexError, ValueError, TypeError):
-                raise ValueError(f"$ref {ref!r} points nowhere in the schema") from None
-        return node
+        target = local_ref(schema, ref)
+        if target is None:
+            raise ValueError(f"$ref {ref!r} points nowhere in the schema")
+        return target
 
     def walk(node: Any, refs: tuple[str, ...]) -> Any:
         if isinstance(node, list):

@@ -203,6 +203,12 @@ def _resolve(root: dict[str, Any], ref: str, anchors: dict[str, Any]) -> Any:
     return cur if isinstance(cur, (dict, bool)) else _MISSING
 
 
+def local_ref(root: dict[str, Any], ref: str) -> Any:
+    """The subschema a local reference names in `root` (#, #/json/pointer), or None."""
+    target = _resolve(root, ref, {})
+    return None if target is _MISSING else target
+
+
 def schema_hazard(schema: Any) -> tuple[str, str] | None:
     """(reason, message) when checking values against `schema` could crash or hang the caller:
     too_deep, bad_ref (not local, resolves nowhere, an embedded $id), cyclic_ref, ref_fanout,

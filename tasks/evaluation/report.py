@@ -451,12 +451,8 @@ def cost_table(out: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _t(v: Any) -> str:
-    return "n/a" if v is None else f"{float(v):.1f}"
-
-
-def _loss(v: Any) -> str:
-    return "n/a" if v is None else f"{float(v):.3f}"
+def _t(v: Any, digits: int = 1) -> str:
+    return "n/a" if v is None else f"{float(v):.{digits}f}"
 
 
 def _thin(points: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
@@ -484,7 +480,7 @@ def scaling_markdown(out: dict[str, Any]) -> str:
         d = p.get("diagnostics") or {}
         lines.append(f"| {p['label']} | {sum((conv.get('train') or {}).values()) if conv else 0} | {_interval(p['pass^1'])} "
                      f"| {_interval(p['single_call'])} | {_interval(p['multi_call'])} | {d.get('right_first_tool')} "
-                     f"| {_loss((p.get('train') or {}).get('last_loss'))} |")
+                     f"| {_t((p.get('train') or {}).get('last_loss'), 3)} |")
     measured = {p["label"].split(" ")[0] for p in out["points"]}
     missing = [label for label in cfg.get("scaling_points", []) if label not in measured]
     if missing:
