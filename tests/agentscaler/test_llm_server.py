@@ -153,10 +153,14 @@ def _server_pid(port: int) -> int:
 @needs_llama
 @pytest.mark.parametrize("sig", ["SIGKILL", "SIGILL"])
 def test_a_server_that_dies_mid_run_is_reported_at_once(tmp_path, sig):
-    """Kill the real server while it generates (SIGILL is what an unsupported instruction raises):
-    the request fails within seconds with 'the local LLM server exited (signal N, see log ...)', a
-    non-transient error, instead of connection errors retried until the timeout. A request after
-    the death fails the same way, without a connection attempt."""
+    """Kill the real server while a request is in flight (SIGILL is what an unsupported instruction
+    raises): the request fails within seconds with 'the local LLM server exited (signal N, see log
+    ...)', a non-transient error, instead of connection errors retried until the timeout. A request
+    after the death fails the same way, without a connection attempt.
+
+    The server is stopped (SIGSTOP) before the request goes out and the signal is delivered on
+    SIGCONT, so the request is certainly unanswered when the server dies: a fixed sleep let a fast
+    machine finish the reply first (CI: 'DID NOT RAISE')."""
     import asyncio
     import os
     import resource
@@ -176,10 +180,13 @@ def test_a_server_that_dies_mid_run_is_reported_at_once(tmp_path, sig):
         client = LLMClient(url, timeout=120, max_retries=4)
 
         async def run():
+            os.kill(pid, sig_mod.SIGSTOP)
             task = asyncio.ensure_future(client.chat([{"role": "user", "content": "Count from 1 to 500."}],
                                                      max_tokens=400, stage="dies"))
             await asyncio.sleep(1.0)
-            os.kill(pid, signum)
+            assert not task.done()
+            os.kill(pid, signum)  # pending while stopped (SIGKILL acts at once)
+            os.kill(pid, sig_mod.SIGCONT)
             t = time.monotonic()
             with pytest.raises(exited) as ei:
                 await task
