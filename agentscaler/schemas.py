@@ -70,9 +70,14 @@ def nesting(value: Any, limit: int) -> int:
     return deepest
 
 
+_FLAT = frozenset((str, int, bool, type(None)))  # values with nothing to check (floats may be NaN)
+
+
 def value_problem(value: Any) -> str | None:
     """Why a value is not a JSON value any schema could accept (NaN or an infinity, which also pass
     every numeric bound; nesting deeper than MAX_VALUE_DEPTH), or None. One walk, no recursion."""
+    if type(value) is dict and all(type(v) in _FLAT for v in value.values()):  # most tool calls: no walk
+        return None
     stack = [(value, 1)]
     while stack:
         cur, d = stack.pop()

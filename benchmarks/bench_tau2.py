@@ -16,7 +16,9 @@ Medians and p99 in microseconds / milliseconds; ratio = ours / tau2.
 
 Side by side (`interleaved`): every recorded read call of every read tool, tau2 and ours
 alternating call for call, so machine noise hits both alike; per tool and overall, for our default
-transport (caller and worker spin up to 200 us before sleeping) and with spinning off.
+transport (caller and worker spin up to 200 us before sleeping), with spinning off, and with
+spinning off and this thread and the worker on one CPU (Environment.open's cpu): a call then hands
+the CPU over instead of waking a halted one, as an RL loop stepping one environment at a time can.
 """
 
 from __future__ import annotations
@@ -195,16 +197,20 @@ class PipeFloor:
         os.waitpid(self.pid, 0)
 
 
-def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None) -> dict:
+def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None, cpu: int | None = None) -> dict:
     """Every read call of sampled_reads, tau2 then ours, 5 times each per round; with busy-waiting
-    off, the bare pipe round trip (PipeFloor, same bytes as the call) as a third arm."""
+    off, the bare pipe round trip (PipeFloor, same bytes as the call) as a third arm. cpu: this
+    thread, the worker and the floor's processes all on that one CPU (tau2's calls too)."""
     from tau2.data_model.message import ToolCall
 
     from envs.episode import Environment
     from envs.sandbox import unsafe_from_env
 
+    allowed = os.sched_getaffinity(0)
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})  # this thread; the floor's forked processes inherit it
     tenv = importlib.import_module(f"tau2.domains.{domain}.environment").get_environment()
-    env = Environment.open(ddir, unsafe=unsafe_from_env(), spin_us=spin_us)
+    env = Environment.open(ddir, unsafe=unsafe_from_env(), spin_us=spin_us, cpu=cpu)
     floor = PipeFloor() if spin_us == 0 else None
     try:
         env.reset()
@@ -241,7 +247,7 @@ def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None) -> di
         all_o = [x for xs in ours for x in xs]
         all_t = [x for xs in theirs for x in xs]
         o, th = statistics.median(all_o) * 1e6, statistics.median(all_t) * 1e6
-        return {"spin_us": env.worker.spin_ns // 1000, "calls": len(calls), "timed": len(all_o),
+        return {"spin_us": env.worker.spin_ns // 1000, "cpu": cpu, "calls": len(calls), "timed": len(all_o),
                 "ours_median_us": o, "ours_p99_us": percentile(all_o, 0.99) * 1e6, "tau2_median_us": th,
                 "tau2_p99_us": percentile(all_t, 0.99) * 1e6, "ratio": o / th,
                 "median_per_call_ratio": statistics.median(statistics.median(a) / statistics.median(b)
@@ -253,6 +259,14 @@ def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None) -> di
         env.close()
         if floor is not None:
             floor.close()
+        os.sched_setaffinity(0, allowed)
+
+
+def arm(v: dict) -> str:
+    """How an interleaved arm ran, in words (figure names and report lines)."""
+    if v["spin_us"] > 0:
+        return f"busy-wait {v['spin_us']} us"
+    return "no busy-wait" + (f", caller and worker on one CPU ({v['cpu']})" if v.get("cpu") is not None else "")
 
 
 def figures(rec: Recorder, report: dict, workload: str) -> None:
@@ -263,8 +277,7 @@ def figures(rec: Recorder, report: dict, workload: str) -> None:
             spin = v["spin_us"] > 0
             aim = "<= 1.0x tau2 with busy-wait (issue 20)" if spin else "<= 1.5x tau2 without busy-wait (issue 20)"
             rec.figures.append(Figure(
-                name=f"sandboxed read call, tau2 {domain}, every read tool, "
-                     + (f"busy-wait {v['spin_us']} us" if spin else "no busy-wait"),
+                name=f"sandboxed read call, tau2 {domain}, every read tool, {arm(v)}",
                 value=v["ours_median_us"], unit="us", median=v["ours_median_us"], p99=v["ours_p99_us"],
                 workload=f"{workload}: {v['calls']} recorded read calls x {v['timed'] // v['calls']}, interleaved",
                 ratio_to_anchor=v["ratio"], aim=aim, meets_aim=v["ratio"] <= (1.0 if spin else 1.5),
@@ -272,7 +285,8 @@ def figures(rec: Recorder, report: dict, workload: str) -> None:
                               source=f"tau2 get_response in-process, same run, p99 {v['tau2_p99_us']:.0f} us")))
             if "floor_median_us" in v:
                 rec.figures.append(Figure(
-                    name=f"bare pipe round trip, two sleeping processes (the floor of an out-of-process call), tau2 {domain}",
+                    name=f"bare pipe round trip, two sleeping processes (the floor of an out-of-process call), tau2 {domain}"
+                         + (f", one CPU ({v['cpu']})" if v.get("cpu") is not None else ""),
                     value=v["floor_median_us"], unit="us", median=v["floor_median_us"], p99=v["floor_p99_us"],
                     workload=f"{workload}: the same bytes as each call, interleaved with it; no tool code, no sandbox",
                     ratio_to_anchor=v["floor_median_us"] / v["tau2_median_us"],
@@ -325,8 +339,9 @@ def main() -> None:
                 "read_p99": ours["read_p99_us"] / theirs["read_p99_us"],
                 "reset_vs_fresh_env": ours["reset_ms"] / theirs["fresh_env_ms"],
                 "full_hash_vs_db_hash": ours["full_hash_ms"] / theirs["db_hash_after_write_ms"]}}
-            report[domain]["interleaved"] = [interleaved(domain, Path(tmp) / domain, rounds, spin)
-                                             for spin in (None, 0)]
+            one_cpu = max(os.sched_getaffinity(0))
+            report[domain]["interleaved"] = [interleaved(domain, Path(tmp) / domain, rounds, spin, cpu)
+                                             for spin, cpu in ((None, None), (0, None), (0, one_cpu))]
             rec.layers = ["sandbox: " + " + ".join(k for k, v in ours["isolation"].items() if v),
                           "argument schema check", "fresh child per episode", "state hashed in the caller"]
     lines = []
@@ -342,8 +357,8 @@ def main() -> None:
                   f" | ratio {q['full_hash_vs_db_hash']:.3f}; ours cached per table {o['state_hash_ms']:.2f} ms",
                   f"- diff after write: ours {o['diff_after_write_ms']:.2f} ms ({o['diff_rows']} changes)"]
         for v in r["interleaved"]:
-            lines.append(f"- side by side, every read tool, {v['calls']} calls x {v['timed'] // v['calls']}, spin "
-                         f"{v['spin_us']} us: ours {v['ours_median_us']:.1f} us (p99 {v['ours_p99_us']:.0f}) | tau2 "
+            lines.append(f"- side by side, every read tool, {v['calls']} calls x {v['timed'] // v['calls']}, {arm(v)}"
+                         f": ours {v['ours_median_us']:.1f} us (p99 {v['ours_p99_us']:.0f}) | tau2 "
                          f"{v['tau2_median_us']:.1f} us (p99 {v['tau2_p99_us']:.0f}) | ratio {v['ratio']:.2f} (median "
                          f"per call {v['median_per_call_ratio']:.2f})")
             if "floor_median_us" in v:

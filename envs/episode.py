@@ -107,14 +107,14 @@ class ToolResult:
 
 def _start_worker(domain_dir: Path, *, unsafe: bool = False, time_limit: float = 2.0, memory_mb: int = 1024,
                   max_reply: int = 4 << 20, check_code: bool = True, spin_us: int | None = None,
-                  scratch_mb: int = 32) -> tuple[DomainSpec, WorkerProcess]:
+                  scratch_mb: int = 32, cpu: int | None = None) -> tuple[DomainSpec, WorkerProcess]:
     """The domain's spec and its started sandbox worker (Environment.open documents the arguments)."""
     try:
         spec = DomainSpec.load(domain_dir)
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         raise SandboxError(f"{domain_dir}: cannot read spec.json: {exc}") from None
     worker = WorkerProcess(domain_dir, unsafe=unsafe, time_limit=time_limit, memory_mb=memory_mb,
-                           max_reply=max_reply, spin_us=spin_us, scratch_mb=scratch_mb)
+                           max_reply=max_reply, spin_us=spin_us, scratch_mb=scratch_mb, cpu=cpu)
     worker.start()
     if check_code and worker.load_error:
         worker.close()
@@ -182,17 +182,19 @@ class Environment:
     @classmethod
     def open(cls, domain_dir: Path | str, *, unsafe: bool = False, time_limit: float = 2.0,
              memory_mb: int = 1024, max_reply: int = 4 << 20, check_code: bool = True,
-             spin_us: int | None = None, scratch_mb: int = 32) -> "Environment":
+             spin_us: int | None = None, scratch_mb: int = 32, cpu: int | None = None) -> "Environment":
         """Start the sandboxed worker for domain_dir. Raises SandboxError when isolation is missing
         (unless unsafe) or, with check_code, when tools.py fails to load. spin_us: how long caller
         and worker busy-wait for each other before sleeping (default: envs.sandbox.default_spin_us).
+        cpu: run the worker on that CPU only; a caller thread pinned there too gets its replies
+        without a CPU waking up (envs.sandbox's Transport note; for call loops without spinning).
         memory_mb: each worker process's budget, scratch_mb of it the scratch tmpfs. The worker dies
         with the thread that opened it (its parent-death signal is per thread): open on a thread
         that outlives the environment."""
         domain_dir = Path(domain_dir)
         return cls(domain_dir, *_start_worker(domain_dir, unsafe=unsafe, time_limit=time_limit, memory_mb=memory_mb,
                                               max_reply=max_reply, check_code=check_code, spin_us=spin_us,
-                                              scratch_mb=scratch_mb))
+                                              scratch_mb=scratch_mb, cpu=cpu))
 
     @classmethod
     def open_hosted(cls, domain_dir: Path | str, episodes: int, **kw: Any) -> list["Environment"]:

@@ -15,6 +15,7 @@ import time
 
 HEADER = struct.Struct(">II16s")
 NO_NONCE = bytes(16)  # the start-up report, sent before any tool code exists
+OK_BODY = b'{"ok":true}'  # the reply to almost every call: sent pre-encoded, read without a JSON parse
 # A tool's result is read with json.loads (recursive) in the caller, maybe deep in its own stack:
 # the worker refuses results nested deeper than this.
 MAX_NESTING = 100

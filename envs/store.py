@@ -70,9 +70,10 @@ def _encode_row(table, row: Mapping[str, Any] | Sequence[Any]) -> dict[str, Any]
 
 
 def build_seed(spec: "DomainSpec", rows_by_table: Mapping[str, Iterable[Mapping[str, Any] | Sequence[Any]]],
-               path: Path) -> Path:
+               path: Path, indexes: Sequence[str] = ()) -> Path:
     """Create the seed database at path: tables from the spec (via SQLAlchemy), rows inserted,
-    then the file made read-only.
+    `indexes` (CREATE INDEX statements: lookups tool code makes by other columns than the key)
+    created, then the file made read-only.
 
     Rows are dicts (column -> value) or tuples in column order; json values are stored as
     sorted-key JSON text. The build goes to a temp file, fsynced once and renamed into place
@@ -104,8 +105,21 @@ def build_seed(spec: "DomainSpec", rows_by_table: Mapping[str, Iterable[Mapping[
                 rows = [_encode_row(t, r) for r in rows_by_table.get(t.name, ())]
                 if rows:
                     conn.execute(md.tables[t.name].insert(), rows)
+            for sql in indexes:
+                conn.exec_driver_sql(sql)
     finally:
         engine.dispose()
+    if indexes:  # state oracles read images with trusted_schema off: an index they cannot parse would
+        check = sqlite3.connect(tmp)  # make every state hash an error, and every write look like none
+        try:
+            check.execute("PRAGMA trusted_schema = OFF")
+            for t in spec.tables:
+                check.execute(f'SELECT 1 FROM "{t.name}" LIMIT 1').fetchall()
+        except sqlite3.DatabaseError as exc:
+            tmp.unlink(missing_ok=True)
+            raise ValueError(f"{path}: an index is unusable with trusted_schema off: {exc}") from None
+        finally:
+            check.close()
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     os.chmod(tmp, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)

@@ -38,6 +38,7 @@ class DB:
         self._tables = {t.name: t for t in spec.tables}
         self._json_cols = {t.name: {c.name for c in t.columns if c.type == "json"} for t in spec.tables}
         self._bool_cols = {t.name: {c.name for c in t.columns if c.type == "boolean"} for t in spec.tables}
+        self._selects: dict[tuple, str] = {}  # select()'s SQL by its shape: built once per episode, not per call
 
     # helpers ---------------------------------------------------------------------------------
     def _table(self, table: str) -> str:
@@ -74,14 +75,21 @@ class DB:
     # API ---------------------------------------------------------------------------------------
     def select(self, table: str, where: dict[str, Any] | None = None, order_by: str | None = None,
                limit: int | None = None) -> list[dict[str, Any]]:
-        t = self._table(table)
-        clause, params = self._where(where or {})
-        sql = f"SELECT * FROM {t}{clause}"
-        if order_by:
-            sql += f" ORDER BY {_ident(order_by)}"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        cur = self.conn.execute(sql, params)
+        where = where or {}
+        shape = (table, tuple((k, v is None) for k, v in where.items()), order_by, limit)
+        sql = self._selects.get(shape)
+        if sql is None:
+            t = self._table(table)
+            clause, _ = self._where(where)
+            sql = f"SELECT * FROM {t}{clause}"
+            if order_by:
+                sql += f" ORDER BY {_ident(order_by)}"
+            if limit is not None:
+                sql += f" LIMIT {int(limit)}"
+            if len(self._selects) >= 256:  # tool code varying its queries endlessly: start over
+                self._selects.clear()
+            self._selects[shape] = sql
+        cur = self.conn.execute(sql, [v for v in where.values() if v is not None])
         cols = [d[0] for d in cur.description]
         return [self._decode(table, r, cols) for r in cur.fetchall()]
 

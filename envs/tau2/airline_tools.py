@@ -57,9 +57,9 @@ def _flight(db, flight_number):
 
 
 def _flight_instance(db, flight_number, date):
-    _flight(db, flight_number)
     row = db.get("flight_dates", flight_number=flight_number, date=date)
-    if row is None:
+    if row is None:  # a date row implies its flight (no tool removes flights): one lookup when found
+        _flight(db, flight_number)
         raise ToolError(f"Flight {flight_number} not found on date {date}")
     return row
 

@@ -195,6 +195,12 @@ def tau2_tool_specs(name: str) -> list[ToolSpec]:
 
 
 # --------------------------------------------------------------------------------- build
+# A lookup retail_tools.py makes by another column than a key (tau2 scans its users for it).
+# Only innocuous functions: state oracles read images with trusted_schema off, where an index on
+# json_extract() makes the schema 'malformed' (so find_user_id_by_name_zip still scans).
+INDEXES = {"retail": ("CREATE INDEX users_email ON users (lower(email))",)}
+
+
 def build_tau2_domain(name: str, dest_dir: Path) -> DomainSpec:
     """Write <dest_dir>/{models.py, seed.sqlite, tools.py, spec.json}; spec.json last. Idempotent."""
     if name not in TABLES:
@@ -220,7 +226,7 @@ def build_tau2_domain(name: str, dest_dir: Path) -> DomainSpec:
     )
     atomic_write_text(dest / "models.py", render_models_py(spec))
     atomic_write_text(dest / "tools.py", code)
-    build_seed(spec, rows, dest / "seed.sqlite")  # through SQLAlchemy; WAL checkpointed; read-only
+    build_seed(spec, rows, dest / "seed.sqlite", INDEXES.get(name, ()))  # through SQLAlchemy; read-only
     atomic_write_text(dest / "spec.json", spec.model_dump_json(indent=2))
     return spec
 

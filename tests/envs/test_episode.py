@@ -123,6 +123,31 @@ def test_sleeping_transport_gives_the_same_results(shop):
         assert slow.state_hash() == fast.state_hash()
 
 
+def test_a_worker_on_one_cpu_runs_there_and_answers_alike(shop):
+    """cpu=k: the sandbox's processes (the zygote, its children forked later) run on CPU k only;
+    results are the same. A CPU this process may not use is refused before anything starts."""
+    import os
+
+    from tests.fault.orphans import descendants
+
+    cpu = max(os.sched_getaffinity(0))
+    with Environment.open(shop, unsafe=UNSAFE, spin_us=0, cpu=cpu) as pinned, \
+            Environment.open(shop, unsafe=UNSAFE, spin_us=0) as free:
+        for e in (pinned, free):
+            e.reset()
+            e.call("place_order", {"user_id": "u1", "product_id": "p1", "quantity": 1})
+            e.reset()  # a fresh child, forked after the pin
+        assert pinned.call("get_user", {"user_id": "u1"}) == free.call("get_user", {"user_id": "u1"})
+        python = str(Path(sys.executable).resolve()).encode()
+        workers = [p for p in descendants(pinned.worker.proc.pid) | {pinned.worker.proc.pid}  # not bwrap itself
+                   if open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")[0] == python]
+        assert len(workers) >= 2  # the zygote and a child at least
+        assert all(os.sched_getaffinity(p) == {cpu} for p in workers)
+        assert free.worker.cpu is None
+    with pytest.raises(ValueError, match="cpu 4096 is not one this process may run on"):
+        Environment.open(shop, unsafe=UNSAFE, cpu=4096)
+
+
 def test_spin_setting_is_checked(monkeypatch):
     from envs.sandbox import default_spin_us
 

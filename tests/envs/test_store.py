@@ -34,6 +34,29 @@ def test_build_seed_creates_tables_rows_and_read_only_file(tmp_path):
     conn.close()
 
 
+def test_build_seed_adds_indexes_the_state_oracle_can_read(tmp_path):
+    """An index on an innocuous expression is built and used, and a write under it still changes
+    the state hash; one the oracle cannot parse (trusted_schema off: a JSON function) fails the build
+    by name instead of turning every state hash into an error."""
+    from envs.state import StateOracle
+
+    spec, rows = shop_spec(), {k: list(v) for k, v in ROWS.items()}
+    path = build_seed(spec, rows, tmp_path / "seed.sqlite", ["CREATE INDEX users_email ON users (lower(email))"])
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    plan = conn.execute("EXPLAIN QUERY PLAN SELECT * FROM users WHERE lower(email) = ?", ("x",)).fetchall()
+    assert "USING INDEX users_email" in plan[0][3]
+    conn.close()
+    seed = load_seed_bytes(path)
+    episode = open_episode(seed)
+    episode.execute("UPDATE users SET email = 'new@x.org' WHERE user_id = 'u1'")
+    oracle = StateOracle(spec.tables, seed)
+    assert not any(d.startswith("error:") for d in oracle.digests.values())
+    assert oracle.hash(bytes(episode.serialize())) != oracle.hash(seed)
+    with pytest.raises(ValueError, match="unusable with trusted_schema off.*json_valid"):
+        build_seed(spec, rows, tmp_path / "bad.sqlite", ["CREATE INDEX users_j ON users (json_valid(name))"])
+    assert not list(tmp_path.glob("*bad.sqlite*"))
+
+
 def test_build_seed_rejects_bad_rows(tmp_path):
     spec = shop_spec()
     with pytest.raises(ValueError, match="unknown columns"):
