@@ -340,7 +340,7 @@ class Worker:
 
     def attach(self, rfd: int, wfd: int) -> None:
         self.rfd, self.wfd = rfd, wfd
-        os.set_blocking(rfd, False)  # see _read: spin, then poll
+        os.set_blocking(rfd, not self.spin_ns)  # see _read: spin, then poll; or just block
         self._poll.register(rfd, select.POLLIN)
 
     @staticmethod
@@ -384,7 +384,10 @@ class Worker:
 
     def _read(self, n: int) -> bytes:
         """The next bytes of a request: spin first (in a loop of calls the next request follows the
-        reply within microseconds), then sleep until the pipe is readable (b"" at EOF)."""
+        reply within microseconds), then sleep until the pipe is readable (b"" at EOF). Without
+        spinning the pipe blocks: one read, no failed read and poll before it."""
+        if not self.spin_ns:
+            return os.read(self.rfd, n)
         b = spin_read(self.rfd, n, self.spin_ns)
         while b is None:
             self._poll.poll()
