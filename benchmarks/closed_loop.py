@@ -123,6 +123,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, dest="torch_threads", help="training threads")
     ap.add_argument("--server-threads", type=int, default=None, help="each model server's threads (default 1)")
     ap.add_argument("--server-replicas", type=int, default=None, help="model servers per evaluation (default 2)")
+    ap.add_argument("--no-base", action="store_false", default=None, dest="scaling_base",
+                    help="scaling curve without the base model's point (e.g. a depth point beside a curve that has it)")
+    ap.add_argument("--name", default=None, help="results file stem (default: scaling, or closed_loop)")
     ap.add_argument("--no-copy", action="store_true", help="do not copy the results to benchmarks/results/")
     ap.add_argument("--progress", action="store_true", help="only report where a run stands (interim figures "
                     "from the workspace's files) to benchmarks/results/closed_loop_progress.{json,md}")
@@ -131,6 +134,7 @@ def main() -> None:
     ws = Workspace(a.pop("workspace"))
     domains = a.pop("domains")
     no_copy = a.pop("no_copy")
+    stem = a.pop("name")
     if a.pop("no_tau2"):
         a["tau2"] = False
     only_progress = a.pop("progress")
@@ -144,9 +148,10 @@ def main() -> None:
     t0 = time.time()
     with LoadSampler() as load:
         out = scaling_curve(ws, cfg) if domains else tau2_comparison(ws, cfg) if tau2_only else closed_loop(ws, cfg)
-    name = "scaling" if domains else "closed_loop"
+    report = "scaling" if domains else "closed_loop"  # the workspace report's stem (and its figure's)
+    name = stem or report
     out["benchmark"] = {"wall_s": round(time.time() - t0, 1), "load_average": load.summary()}
-    md = (ws.reports_dir / f"{name}.md").read_text()
+    md = (ws.reports_dir / f"{report}.md").read_text().replace(f"]({report}", f"]({name}")
     md += (f"\nMachine: {out['benchmark']['load_average']['cpus']} CPUs, load average (1 min) during this run "
            f"{load.summary()['min']}-{load.summary()['max']} (median {load.summary()['median']}); wall "
            f"{out['benchmark']['wall_s']} s for this invocation (a resumed run skips finished phases).\n")
@@ -158,7 +163,7 @@ def main() -> None:
         (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=1, default=str))
         for png in ("scaling.png",) if domains else ("closed_loop_training.png",):
             if (ws.reports_dir / png).exists():
-                shutil.copy(ws.reports_dir / png, RESULTS / png)
+                shutil.copy(ws.reports_dir / png, RESULTS / png.replace(report, name))
     print(md)
 
 

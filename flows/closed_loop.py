@@ -130,6 +130,7 @@ class ClosedLoopConfig(BaseModel):
     scaling_points: list[str] = Field(default_factory=lambda: list(SCALING_POINTS))
     scaling_steps: int | None = None  # default: the steps the budgeted main run made
     scaling_k: int = 1
+    scaling_base: bool = True  # False: no base point (a depth point beside a curve that has one; same eval set)
 
 
 # --- 1-3. workspace, evaluation set, data ---------------------------------------------------------
@@ -555,9 +556,10 @@ def scaling_curve(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any =
             raise FileNotFoundError(f"no scaling_steps given and no budgeted main run at {main}: run closed_loop first")
         steps = int(json.loads(main.read_text())["global_step"])
     points: list[dict[str, Any]] = []
-    base = evaluate_model(ws, cfg, base_checkpoint(ws, cfg.base_model), f"{cfg.base_model}-base", cfg.scaling_k,
-                          log=log)["heldout"]
-    points.append({"domains": 0, "label": "0 (base)", **_point(ws, base)})
+    if cfg.scaling_base:
+        base = evaluate_model(ws, cfg, base_checkpoint(ws, cfg.base_model), f"{cfg.base_model}-base", cfg.scaling_k,
+                              log=log)["heldout"]
+        points.append({"domains": 0, "label": "0 (base)", **_point(ws, base)})
     for label in cfg.scaling_points:
         n = len(order) if label == "all" else int(label)
         if n > len(order):
