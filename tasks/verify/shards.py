@@ -66,13 +66,31 @@ class Shards:
             self.procs.append(proc)
 
     def verify(self, path: Path, max_repeats: int = MAX_REPEATS) -> list[Part]:
-        for c in self.conns:
-            c.send((str(path), max_repeats))
-        parts = [c.recv() for c in self.conns]
+        """Their Parts of the run at `path`. Raises RuntimeError naming the process when one failed
+        or is gone (killed, out of memory), instead of a bare broken-pipe error."""
+        for i, c in enumerate(self.conns):
+            try:
+                c.send((str(path), max_repeats))
+            except OSError as exc:
+                raise self._gone(i, exc) from None
+        parts = []
+        for i, c in enumerate(self.conns):
+            try:
+                parts.append(c.recv())
+            except (EOFError, OSError) as exc:
+                raise self._gone(i, exc) from None
         for p in parts:
             if isinstance(p, BaseException):
                 raise p
         return parts
+
+    def _gone(self, i: int, exc: BaseException) -> RuntimeError:
+        proc = self.procs[i]
+        proc.join(timeout=5)
+        code = proc.exitcode
+        how = "is still running" if code is None else f"exited with code {code}" if code >= 0 else \
+            f"was killed by signal {-code}"
+        return RuntimeError(f"verifier shard {i} (pid {proc.pid}) {how}: {type(exc).__name__}: {exc}"[:2000])
 
     def close(self) -> None:
         for c in self.conns:

@@ -222,3 +222,21 @@ def test_shards_write_what_one_process_writes(ws: Workspace, run: list[Trajector
     rep = got["one"][0]
     assert rep["unreadable"] == 1 and rep["reasons"]["unknown_scenario"] == 2 and rep["passed"] >= 12
     assert rep["trajectories"] == len(run) + 2
+
+
+def test_a_verifier_shard_that_dies_is_named(ws: Workspace, run: list[Trajectory]) -> None:
+    """A verifier process killed between runs (out of memory, say): the next run fails with an error
+    naming the process and how it ended, not a bare broken pipe; the live one still closes."""
+    import os
+    import signal
+
+    d = ws.rollout_dir("sh-dead")
+    d.mkdir(parents=True)
+    (d / TRAJECTORIES).write_text("".join(t.model_dump_json() + "\n" for t in run[:4]))
+    with Shards(ws, 2) as shards:
+        procs = list(shards.procs)
+        os.kill(procs[1].pid, signal.SIGKILL)
+        procs[1].join(timeout=30)
+        with pytest.raises(RuntimeError, match=r"verifier shard 1 \(pid \d+\) was killed by signal 9"):
+            shards.verify(d / TRAJECTORIES)
+    assert procs[0].exitcode == 0 and procs[1].exitcode == -9  # the live one ended when closed
