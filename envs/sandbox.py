@@ -64,6 +64,12 @@ from envs.pipe import HEADER, NO_NONCE, OK_BODY, spin_readinto
 REPO = Path(__file__).resolve().parent.parent
 REQUIRED_LAYERS = ("uid", "network", "filesystem", "seccomp", "rlimits", "environment")
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+CTL_TIMEOUT = 60.0  # the zygote answers within milliseconds; this bounds a hung one
+READ_CHUNK = 1 << 16
+# The reply pipe's capacity (Linux default 64 kB): a replay's reply carries many database images,
+# and each pipeful costs both sides a sleep and a wake-up. Pages are taken only while data waits.
+REPLY_PIPE_BYTES = 1 << 20
+SCRATCH_PREFIX = "agentscaler-worker-"  # + the owner's pid + "-": a dead owner's folder can be found
 
 
 def encode_request(obj: dict[str, Any]) -> bytes:
@@ -74,13 +80,6 @@ def encode_request(obj: dict[str, Any]) -> bytes:
         return orjson.dumps(obj)
     except orjson.JSONEncodeError:
         return _dumps(obj).encode("utf-8", "surrogatepass")
-
-CTL_TIMEOUT = 60.0  # the zygote answers within milliseconds; this bounds a hung one
-READ_CHUNK = 1 << 16
-# The reply pipe's capacity (Linux default 64 kB): a replay's reply carries many database images,
-# and each pipeful costs both sides a sleep and a wake-up. Pages are taken only while data waits.
-REPLY_PIPE_BYTES = 1 << 20
-SCRATCH_PREFIX = "agentscaler-worker-"  # + the owner's pid + "-": a dead owner's folder can be found
 
 
 @lru_cache(maxsize=1)

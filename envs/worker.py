@@ -29,15 +29,14 @@ import signal
 import socket
 import sqlite3
 import sys
+# signal.getsignal maps the handler onto an enum, which raises and catches ValueError for a function
+# handler (3.4 us of every call's signal hygiene); the C function underneath answers in 20 ns.
+from _signal import getsignal as _getsignal
 from typing import Any
 
 from envs import store
 from envs.pipe import HEADER, MAX_NESTING, NO_NONCE, OK_BODY, spin_read, too_deep
 from envs.toolkit import DB, ToolError, guard_connection
-
-# signal.getsignal maps the handler onto an enum, which raises and catches ValueError for a function
-# handler (3.4 us of every call's signal hygiene); the C function underneath answers in 20 ns.
-from _signal import getsignal as _getsignal  # noqa: E402
 
 # Captured once: tool code rebinding json.loads / json.dumps does not reach the protocol.
 _loads = json.loads

@@ -148,6 +148,22 @@ def test_a_worker_on_one_cpu_runs_there_and_answers_alike(shop):
         Environment.open(shop, unsafe=UNSAFE, cpu=4096)
 
 
+def test_requests_orjson_refuses_reach_the_tool_alike(env):
+    """A call's request is encoded by orjson, and by the stdlib where orjson refuses (a lone
+    surrogate, an integer past 64 bits, a non-string key): the tool sees the same value either way."""
+    from envs.sandbox import encode_request
+
+    for value in ({"user_id": "u\ud800"}, {"user_id": "u1", "n": 2 ** 70}, {1: "x"}, {"t": (1, 2.5, None)}):
+        got = json.loads(encode_request(value))
+        assert got == json.loads(json.dumps(value)), value
+    with pytest.raises(TypeError):
+        encode_request({"x": object()})
+    env.reset()
+    res = env.call("get_user", {"user_id": "u\ud800"})  # the stdlib path, through the real worker
+    # the value arrived intact (SQLite then refuses to bind it: a clean tool error)
+    assert not res.ok and "'\\ud800' in position 1: surrogates not allowed" in res.error
+
+
 def test_spin_setting_is_checked(monkeypatch):
     from envs.sandbox import default_spin_us
 
