@@ -19,6 +19,8 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from envs.state import StateOracle
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -112,8 +114,6 @@ def build_seed(spec: "DomainSpec", rows_by_table: Mapping[str, Iterable[Mapping[
     # The state oracle reads images with trusted_schema off: an index it cannot parse would make every
     # state hash an error, and every write look like none. Asked of the oracle itself.
     if indexes:
-        from envs.state import StateOracle
-
         with open(tmp, "rb") as fh:
             oracle = StateOracle(spec.tables, fh.read())
         oracle.close()
