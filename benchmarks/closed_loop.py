@@ -1,7 +1,7 @@
 """Closed loop on CPU: SmolLM2-135M held-out pass^k before and after SFT, and the environment-scaling curve.
 
     # base vs trained: >= 100 held-out scenarios from >= 20 held-out domains, k = 4, tau2 test splits
-    .venv/bin/python benchmarks/closed_loop.py --workspace /work/cl/ws [--budget-minutes 90]
+    .venv/bin/python benchmarks/closed_loop.py --workspace /work/cl/ws [--budget-minutes 90 | --main-steps 20]
     # the scaling curve: 0 (base), 8, 32, 128 and all train domains, the same steps, k = 1
     .venv/bin/python benchmarks/closed_loop.py --workspace /work/cl/ws --domains 8,32,128,all
     # tau2's test splits added to a loop run with --no-tau2 (the trained model never saw tau2)
@@ -111,6 +111,8 @@ def main() -> None:
     ap.add_argument("--max-prompt-tokens", type=int, default=None)
     ap.add_argument("--budget-minutes", type=float, default=None)
     ap.add_argument("--scaling-steps", type=int, default=None)
+    ap.add_argument("--main-steps", type=int, default=None, help="train the main run for these optimizer steps instead "
+                    "of --budget-minutes (a scaling point trained on the same rows for as many steps is reused)")
     ap.add_argument("--learning-rate", type=float, default=None)
     ap.add_argument("--session-length", type=int, default=None)
     ap.add_argument("--experience-runs", nargs="*", default=None, help="accepted agent experience runs to train on too")

@@ -110,6 +110,9 @@ class ClosedLoopConfig(BaseModel):
     # training
     base_model: str = "smollm2-135m"
     budget_minutes: float = 90.0
+    # the main run's optimizer steps instead of budget_minutes (None: budgeted); a scaling point trained on
+    # the same rows for these steps is reused, so the curve's all-domains point becomes the main comparison
+    main_steps: int | None = None
     max_length: int = 5120
     learning_rate: float = 1e-4
     lr_scheduler_type: str = "cosine"
@@ -300,10 +303,10 @@ def stage_config(cfg: ClosedLoopConfig, base: Path, dataset_dir: Path, output_di
 
 
 def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: list[str] | None,
-                     max_steps: int | None, log: Any = print, reuse_main: bool = False) -> dict[str, Any]:
+                     max_steps: int | None, log: Any = print, reuse: tuple[str, ...] = ()) -> dict[str, Any]:
     """Export the data of `domains` (None: all) in sessions and train one checkpoint; skipped when a run
-    with the same data and config finished before, or (reuse_main) when the main run trained on the same
-    rows for `max_steps` steps. Returns {export, train, key} (+ reused_from)."""
+    with the same data and config finished before, or when one of the runs named in `reuse` (closed_loop/
+    <name>) trained on the same rows for `max_steps` steps. Returns {export, train, key} (+ reused_from)."""
     base = ws.root / "closed_loop" / name
     runs = [GOLD_RUN, *cfg.experience_runs]
     check_contamination(ws)  # cached by content; the export refuses scenarios never screened
@@ -312,10 +315,11 @@ def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: l
     if not export["stages"]["stage1"]["rows"]["train"]:
         raise ValueError(f"{name}: no training rows (export report {base / 'sft' / 'report.json'}: dropped "
                          f"{export.get('dropped')})")
-    main = main_run_on_same_data(ws, base, max_steps) if reuse_main else None
-    if main is not None:
-        log(f"[closed-loop] {name}: the main run trained on the same rows for {max_steps} steps, reusing its checkpoint")
-        return {"export": _export_brief(export), "train": main["train"], "key": main["key"], "reused_from": "main"}
+    for other in reuse:
+        done = trained_on_same_data(ws, other, base, max_steps)
+        if done is not None:
+            log(f"[closed-loop] {name}: {other} trained on the same rows for {max_steps} steps, reusing its checkpoint")
+            return {"export": _export_brief(export), "train": done["train"], "key": done["key"], "reused_from": other}
     conf = stage_config(cfg, base_checkpoint(ws, cfg.base_model), base / "sft", base / "model", max_steps)
     key = content_hash({"data": json.loads((base / "sft" / "stage1" / "report.json").read_text())["content_hash"],
                         "config": conf})
@@ -334,12 +338,12 @@ def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: l
     return {"export": _export_brief(export), "train": result, "key": key}
 
 
-def main_run_on_same_data(ws: Workspace, point: Path, steps: int | None) -> dict[str, Any] | None:
-    """The budgeted main run as a scaling point: when it finished after `steps` optimizer steps on the very
-    rows `point` exported (same content hash), training again would cost ~20 CPU-minutes for a model
-    whose only difference is that its warmup and cosine learning rate ran on the clock instead of on
-    steps. Returns {train, key}, or None."""
-    main = ws.root / "closed_loop" / "main"
+def trained_on_same_data(ws: Workspace, other: str, point: Path, steps: int | None) -> dict[str, Any] | None:
+    """Run `other` (closed_loop/<other>) standing for `point`: when it finished after `steps` optimizer
+    steps on the very rows `point` exported (same content hash), training again would cost 20-45
+    CPU-minutes for the same model (the budgeted main run differs only in that its warmup and cosine
+    learning rate ran on the clock instead of on steps). Returns {train, key}, or None."""
+    main = ws.root / "closed_loop" / other
     paths = (main / "sft" / "stage1" / "report.json", point / "sft" / "stage1" / "report.json",
              main / "model" / "result.json", main / "model" / "key.json")
     if steps is None or not all(p.exists() for p in paths):
@@ -390,7 +394,9 @@ def closed_loop(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = p
     phase("base_eval", t)
 
     t = time.perf_counter()
-    trained_run = export_and_train(ws, cfg, "main", None, None, log)
+    # a step-based main run reuses a scaling point's checkpoint trained on the same rows for the same steps
+    points = tuple(sorted(p.name for p in (ws.root / "closed_loop").glob("scaling-*"))) if cfg.main_steps else ()
+    trained_run = export_and_train(ws, cfg, "main", None, cfg.main_steps, log, reuse=points)
     out["export"], out["train"] = trained_run["export"], _train_brief(trained_run["train"])
     phase("train", t)
 
@@ -566,11 +572,11 @@ def scaling_curve(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any =
             log(f"[closed-loop] scaling point {label}: only {len(order)} train domains, skipped")
             continue
         subset = order[:n]
-        run = export_and_train(ws, cfg, f"scaling-{n}", subset, steps, log, reuse_main=n == len(order))
+        run = export_and_train(ws, cfg, f"scaling-{n}", subset, steps, log, reuse=("main",) if n == len(order) else ())
         name = f"{cfg.base_model}-sft-{run['key'][:8]}"
         rep = evaluate_model(ws, cfg, Path(run["train"]["final_dir"]), name, cfg.scaling_k, log=log)["heldout"]
         points.append({"domains": n, "label": label if label != "all" else f"all ({n})",
-                       "checkpoint": "the main run's (learning rate on the clock)" if run.get("reused_from") else "own",
+                       "checkpoint": _reused_label(run),
                        "export": run["export"], "train": {k: v for k, v in _train_brief(run["train"]).items()
                                                           if k != "curve"}, **_point(ws, rep)})
         write_scaling(ws, steps, points, cfg)  # after each point: a run killed later leaves a readable report
@@ -585,6 +591,13 @@ def write_scaling(ws: Workspace, steps: int, points: list[dict[str, Any]], cfg: 
     atomic_write_json(ws.reports_dir / "scaling.json", out)
     atomic_write_text(ws.reports_dir / "scaling.md", scaling_markdown(out))
     return out
+
+
+def _reused_label(run: dict[str, Any]) -> str:
+    """Whose checkpoint a scaling point is: its own, or the main run's (step-based, or on the clock)."""
+    if not run.get("reused_from"):
+        return "own"
+    return "the main run's" + (" (learning rate on the clock)" if run["train"].get("stopped_by") == "budget" else "")
 
 
 def _point(ws: Workspace, rep: dict[str, Any]) -> dict[str, Any]:

@@ -396,6 +396,11 @@ def tau2_settings_line(out: dict[str, Any]) -> str:
     return line
 
 
+def _planned(cfg: dict[str, Any]) -> str:
+    """The main run's planned length: a step count, or a wall-clock budget."""
+    return f"{cfg['main_steps']} steps planned" if cfg.get("main_steps") else f"{cfg['budget_minutes']} min budget"
+
+
 def closed_loop_markdown(out: dict[str, Any]) -> str:
     """reports/closed_loop.md from reports/closed_loop.json (flows/closed_loop.py)."""
     cfg, ev, tr = out["config"], out["eval_set"], out["train"]
@@ -419,9 +424,9 @@ def closed_loop_markdown(out: dict[str, Any]) -> str:
          f"model's verified experience), {ex['rows']['eval']} validation sessions from scenarios never trained on, "
          f"sessions of <= {ex['session_length']} tokens."),
         (f"Run: {tr['global_step']} optimizer steps (batch {cfg['batch_size']} x {cfg['grad_accum']} accumulation), "
-         f"stopped by {tr['stopped_by']} ({cfg['budget_minutes']} min budget), {_t(tr['train_seconds'])} s, "
+         f"stopped by {tr['stopped_by']} ({_planned(cfg)}), {_t(tr['train_seconds'])} s, "
          f"{_t(tr['tokens_per_second'])} tokens/s, learning rate {cfg['learning_rate']} ({cfg['lr_scheduler_type']} on "
-         f"the clock), bf16 {cfg['bf16']}."), "",
+         f"{'steps' if cfg.get('main_steps') else 'the clock'}), bf16 {cfg['bf16']}."), "",
         "| step | elapsed (s) | train loss | validation loss |", "|---|---|---|---|",
     ]
     val = {p["step"]: p["loss"] for p in tr["curve"]["validation"]}

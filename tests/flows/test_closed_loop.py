@@ -15,7 +15,7 @@ from agentscaler.artifacts import load_scenarios, load_trajectories
 from agentscaler.workspace import Workspace
 from benchmarks import run_all
 from flows.closed_loop import (ClosedLoopConfig, _logged_steps, closed_loop, gold_replay_run, interim_comparison,
-                               main_run_on_same_data, progress, scaling_curve, stage_config, tau2_comparison,
+                               trained_on_same_data, progress, scaling_curve, stage_config, tau2_comparison,
                                train_domains)
 from tasks.rollouts.gold import GOLD_AGENT
 from tasks.scenarios.build import build_scenarios
@@ -155,7 +155,7 @@ def test_progress_reads_a_running_training_log(tmp_path):
                    "eval_loss": ["0.13"]}
 
 
-def test_the_main_run_stands_for_a_point_only_on_the_same_rows_and_steps(tmp_path):
+def test_a_run_stands_for_another_only_on_the_same_rows_and_steps(tmp_path):
     """Files written here in the shapes export_and_train leaves (report hashes, result, key)."""
     ws = Workspace(tmp_path / "ws")
     main, point = ws.root / "closed_loop" / "main", ws.root / "closed_loop" / "scaling-3"
@@ -165,8 +165,9 @@ def test_the_main_run_stands_for_a_point_only_on_the_same_rows_and_steps(tmp_pat
     (main / "model").mkdir()
     (main / "model" / "result.json").write_text(json.dumps({"global_step": 10, "final_dir": "m"}))
     (main / "model" / "key.json").write_text(json.dumps({"key": "k1"}))
-    assert main_run_on_same_data(ws, point, 10) == {"train": {"global_step": 10, "final_dir": "m"}, "key": "k1"}
-    assert main_run_on_same_data(ws, point, 12) is None  # other steps
-    assert main_run_on_same_data(ws, point, None) is None
+    assert trained_on_same_data(ws, "main", point, 10) == {"train": {"global_step": 10, "final_dir": "m"}, "key": "k1"}
+    assert trained_on_same_data(ws, "main", point, 12) is None  # other steps
+    assert trained_on_same_data(ws, "main", point, None) is None
+    assert trained_on_same_data(ws, "scaling-9", point, 10) is None  # no such run
     (point / "sft" / "stage1" / "report.json").write_text(json.dumps({"content_hash": "bbbb"}))
-    assert main_run_on_same_data(ws, point, 10) is None  # other rows
+    assert trained_on_same_data(ws, "main", point, 10) is None  # other rows
