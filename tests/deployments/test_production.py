@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
@@ -115,6 +116,54 @@ def _wait_online(url: str, pool: str, names: set[str], timeout: float = 180) -> 
         time.sleep(0.5)
 
 
+@contextlib.contextmanager
+def one_batch_each(url: str, deployment: str, workers: int = 2, hold_s: float = 40):
+    """While a fan-out runs: stop (SIGSTOP) the process of the first batch run a worker takes of
+    `deployment`, and let it go on (SIGCONT) once `workers` batch runs have been taken.
+
+    Why: a batch builds in about a second, and the parent creates its batch runs a second or more
+    apart on a loaded machine, so the worker that took the first could be free again before the
+    second existed and take it too (CI saw w1 take both). A worker whose batch is still running
+    must leave the next one to another: that is what the spread asserts, and it no longer depends on
+    timing. The hold stays under the zombie cutoff (AGENTSCALER_ZOMBIE_AFTER_S: 50 s). Yields a
+    dict: the pid held and how many runs were taken when it was let go."""
+    seen: dict = {}
+    done = threading.Event()
+
+    async def taken(client):
+        from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+        runs = await client.read_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(
+            any_=[deployment.split("/")[1]])))
+        return [r for r in runs if r.id not in before and r.infrastructure_pid]
+
+    def watch() -> None:
+        held, deadline = None, time.monotonic() + 600
+        while not done.is_set() and time.monotonic() < deadline:
+            runs = _client_call(url, taken)
+            if held is None and runs:
+                with contextlib.suppress(ProcessLookupError):  # gone already: the next taken run is held
+                    os.kill(int(runs[0].infrastructure_pid), signal.SIGSTOP)
+                    held, seen["pid"], until = int(runs[0].infrastructure_pid), int(runs[0].infrastructure_pid), \
+                        time.monotonic() + hold_s
+            if held is not None and (len(runs) >= workers or time.monotonic() > until):
+                seen["taken_at_release"] = len(runs)
+                break
+            time.sleep(0.2)
+        if held is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(held, signal.SIGCONT)
+
+    before = {r.id for r in _client_call(url, lambda client: client.read_flow_runs())}
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        thread.join(30)
+
+
 def _client_call(url: str, fn):
     """Run `fn(client)` against the test server from this process."""
     from prefect.client.orchestration import get_client
@@ -174,8 +223,9 @@ def test_unknown_deployment_lists_known_names(prod):
 
 def test_cli_triggered_build_waits_to_completed_with_artifacts(prod):
     ws = prod["ws"]
-    res = cli(prod["home"], prod["url"], "-w", str(ws.root), "build", "--deployment", "build-environments",
-              "--wait", "--per-domain", "4", "--batch-size", "1", "--json")
+    with one_batch_each(prod["url"], "build-batch/build-batch") as held:
+        res = cli(prod["home"], prod["url"], "-w", str(ws.root), "build", "--deployment", "build-environments",
+                  "--wait", "--per-domain", "4", "--batch-size", "1", "--json")
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout)
     assert out["state"] == "Completed" and out["completed"]
@@ -185,6 +235,7 @@ def test_cli_triggered_build_waits_to_completed_with_artifacts(prod):
     domains = json.loads(status.stdout)["domains"]
     assert domains and all(d["status"] == "done" for d in domains)
     assert all(d["stages"]["synthesize"] == "done" for d in domains), domains  # which steps, per domain
+    assert held.get("taken_at_release", 0) >= 2, held  # the second batch was taken while the first was held
     assert {d["worker"].split("@")[0] for d in domains} == {"w1", "w2"}, domains  # one batch each
 
     async def artifacts(client):
@@ -238,7 +289,8 @@ def test_collect_batches_run_on_the_pool_as_deployment_runs(prod):
             "print(json.dumps(collect_experience_flow(sys.argv[1], llm=sys.argv[2], model='scripted-agent', "
             "split='all', per_domain=2, max_turns=2, batch_size=1, batch_deployment='collect-batch/collect-batch'), "
             "default=str))")
-    with scripted_endpoint("oracle", scenarios_glob=str(ws.root / "domains" / "*" / "scenarios.jsonl")) as llm:
+    with scripted_endpoint("oracle", scenarios_glob=str(ws.root / "domains" / "*" / "scenarios.jsonl")) as llm, \
+            one_batch_each(prod["url"], "collect-batch/collect-batch") as held:
         res = subprocess.run([str(BIN / "python"), "-c", code, str(ws.root), llm], env=server_env(prod["home"], prod["url"]),
                              capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -246,6 +298,7 @@ def test_collect_batches_run_on_the_pool_as_deployment_runs(prod):
     rows = Catalog(ws.catalog_path).domains(stage="rollout")
     assert out["batches"] == out["domains"] == len(rows) >= 2 and not out["failed"]
     assert all(r["status"] == "done" for r in rows), rows
+    assert held.get("taken_at_release", 0) >= 2, held
     assert {r["worker"].split("@")[0] for r in rows} == {"w1", "w2"}, rows
     assert out["trajectories"] >= len(rows) and sorted(out["run_ids"]) == sorted(r["artifact"] for r in rows)
 
