@@ -111,6 +111,8 @@ def main() -> None:
     ap.add_argument("--max-prompt-tokens", type=int, default=None)
     ap.add_argument("--budget-minutes", type=float, default=None)
     ap.add_argument("--scaling-steps", type=int, default=None)
+    ap.add_argument("--scaling-k", type=int, default=None, help="trials per scenario at each curve point (default 1; "
+                    "4 with --no-base --domains all evaluates the main comparison's trained side first)")
     ap.add_argument("--main-steps", type=int, default=None, help="train the main run for these optimizer steps instead "
                     "of --budget-minutes (a scaling point trained on the same rows for as many steps is reused)")
     ap.add_argument("--learning-rate", type=float, default=None)
