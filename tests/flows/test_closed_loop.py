@@ -142,6 +142,15 @@ def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     assert tau2["tau2_settings"]["trained_on_tau2"] is False  # the loop ran with tau2 off
     md = (ws.reports_dir / "closed_loop.md").read_text()
     assert "retail: the first 2 test tasks, k = 1, servers with 8192 positions; the trained model never saw" in md
+    # a step-based main run (--main-steps) takes a scaling point trained on the same rows for as many steps
+    steps = out["train"]["global_step"] + 1  # not the budgeted run's count: the point trains its own checkpoint
+    point = scaling_curve(ws, cfg.model_copy(update={"scaling_points": ["all"], "scaling_base": False,
+                                                     "scaling_steps": steps}), log=lambda *_: None)["points"][0]
+    assert point["checkpoint"] == "own" and point["train"]["global_step"] == steps
+    stepped = closed_loop(ws, cfg.model_copy(update={"main_steps": steps}), log=lambda *_: None)
+    assert stepped["train"]["final_dir"] == point["train"]["final_dir"] != out["train"]["final_dir"]
+    assert stepped["trained"]["heldout"]["model"] == point["model"]  # the same checkpoint, now at k = 2
+    assert f"stopped by max_steps ({steps} steps planned)" in (ws.reports_dir / "closed_loop.md").read_text()
 
 
 def test_progress_reads_a_running_training_log(tmp_path):
