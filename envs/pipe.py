@@ -10,6 +10,7 @@ being taken for the worker's reply. Stdlib only: the sandbox worker imports it t
 from __future__ import annotations
 
 import os
+import re
 import struct
 import time
 
@@ -21,16 +22,21 @@ OK_BODY = b'{"ok":true}'  # the reply to almost every call: sent pre-encoded, re
 MAX_NESTING = 100
 
 
-def too_deep(value: object, limit: int = MAX_NESTING) -> bool:
-    """Do dicts/lists/tuples nest deeper than `limit` in value? Iterative, stops at the first too-deep one."""
-    stack = [(value, 1)]
-    while stack:
-        cur, d = stack.pop()
-        if isinstance(cur, (dict, list, tuple)):
-            if d > limit:
-                return True
-            stack.extend((v, d + 1) for v in (cur.values() if isinstance(cur, dict) else cur))
-    return False
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
+_BRACKETS_ONLY = (bytes.maketrans(b"{}", b"[]"), bytes(b for b in range(256) if b not in b"[]{}"))
+
+
+def too_deep(text: bytes, limit: int = MAX_NESTING) -> bool:
+    """Do arrays and objects nest deeper than `limit` in this JSON text? The text, not the value it
+    was encoded from, is what the caller's json.loads recurses into. Strings are dropped, the
+    brackets kept alone, and each pass removes the innermost pairs (one level): at most `limit`
+    passes at C speed, where walking a decoded result of thousands of rows in Python took ms."""
+    brackets = _STRING.sub(b"", text).translate(*_BRACKETS_ONLY)
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets = brackets.replace(b"[]", b"")
+    return bool(brackets)
 
 
 def spin_read(fd: int, n: int, spin_ns: int) -> bytes | None:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the sandbox worker stays light: no pydantic import there (d
     from envs.spec import DomainSpec
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SCAN = json.JSONDecoder().scan_once  # json.loads without its wrappers (C scanner; see _json_value)
 
 
 class ToolError(Exception):
@@ -27,6 +28,23 @@ def _ident(name: str) -> str:
     if not _IDENT.match(name):
         raise ToolError(f"invalid identifier {name!r}")
     return f'"{name}"'
+
+
+def _json_value(text: str) -> Any:
+    """json.loads(text), or text itself when it is not JSON. The C scanner straight away when it
+    reads the whole text (what a json column holds: written by json.dumps, no surrounding space):
+    a row's json columns are decoded on every read, and json.loads' wrappers cost twice its parse
+    there; anything else goes through json.loads, so the result and its failures are its own."""
+    try:
+        value, end = _SCAN(text, 0)
+        if end == len(text):
+            return value
+    except (StopIteration, ValueError, RecursionError):
+        pass
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 class DB:
@@ -51,10 +69,7 @@ class DB:
         for c in self._json_cols.get(table, ()):
             v = out.get(c)
             if isinstance(v, str):
-                try:
-                    out[c] = json.loads(v)
-                except json.JSONDecodeError:
-                    pass
+                out[c] = _json_value(v)
         for c in self._bool_cols.get(table, ()):
             if out.get(c) is not None:
                 out[c] = bool(out[c])

@@ -526,7 +526,7 @@ class Worker:
             return f"tool {name} returned a value that is not JSON: {type(exc).__name__}: {exc}", b""
         if len(text) > self.max_reply:
             return f"tool output too large ({len(text)} bytes > {self.max_reply})", b""
-        if text.count(b"[") + text.count(b"{") > MAX_NESTING and too_deep(out):  # counts: the cheap screen
+        if text.count(b"[") + text.count(b"{") > MAX_NESTING and too_deep(text):  # counts: the cheap screen
             return f"tool {name} returned a value nested deeper than {MAX_NESTING} levels", b""
         return None, text
 

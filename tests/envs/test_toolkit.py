@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envs.spec import DomainSpec
 from envs.store import load_seed_bytes, open_episode
-from envs.toolkit import DB, ToolError
+from envs.toolkit import DB, ToolError, _json_value
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "domains" / "shop"))
 from build import build_shop  # noqa: E402
@@ -48,3 +51,22 @@ def test_select_refuses_bad_names_every_time(db):
         with pytest.raises(ToolError, match="invalid identifier"):
             db.select("users", order_by="name DESC; --")
     assert db._selects == {}
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                                         max_size=3), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_VALUES, st.sampled_from(["", " ", "\n", "x", "]", "{"]), st.sampled_from(["", " ", "\t"]))
+def test_a_json_column_decodes_as_json_loads_would(value, tail, head):
+    """_json_value (the C scanner when it reads the whole text) returns what json.loads returns, or
+    the text itself where json.loads fails (NaN compared as text: NaN != NaN)."""
+    text = head + json.dumps(value) + tail
+    try:
+        want = json.loads(text)
+    except json.JSONDecodeError:
+        want = text
+    assert json.dumps(_json_value(text)) == json.dumps(want)
+    assert type(_json_value(text)) is type(want)
