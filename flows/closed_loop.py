@@ -343,13 +343,13 @@ def trained_on_same_data(ws: Workspace, other: str, point: Path, steps: int | No
     steps on the very rows `point` exported (same content hash), training again would cost 20-45
     CPU-minutes for the same model (the budgeted main run differs only in that its warmup and cosine
     learning rate ran on the clock instead of on steps). Returns {train, key}, or None."""
-    main = ws.root / "closed_loop" / other
-    paths = (main / "sft" / "stage1" / "report.json", point / "sft" / "stage1" / "report.json",
-             main / "model" / "result.json", main / "model" / "key.json")
+    run = ws.root / "closed_loop" / other
+    paths = (run / "sft" / "stage1" / "report.json", point / "sft" / "stage1" / "report.json",
+             run / "model" / "result.json", run / "model" / "key.json")
     if steps is None or not all(p.exists() for p in paths):
         return None
-    data_main, data_point, result, key = (json.loads(p.read_text()) for p in paths)
-    if data_main["content_hash"] != data_point["content_hash"] or result.get("global_step") != steps:
+    data_run, data_point, result, key = (json.loads(p.read_text()) for p in paths)
+    if data_run["content_hash"] != data_point["content_hash"] or result.get("global_step") != steps:
         return None
     return {"train": result, "key": key["key"]}
 

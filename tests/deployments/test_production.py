@@ -142,10 +142,11 @@ def one_batch_each(url: str, deployment: str, workers: int = 2, hold_s: float = 
         while not done.is_set() and time.monotonic() < deadline:
             runs = _client_call(url, taken)
             if held is None and runs:
+                pid = int(runs[0].infrastructure_pid)
                 with contextlib.suppress(ProcessLookupError):  # gone already: the next taken run is held
-                    os.kill(int(runs[0].infrastructure_pid), signal.SIGSTOP)
-                    held, seen["pid"], until = int(runs[0].infrastructure_pid), int(runs[0].infrastructure_pid), \
-                        time.monotonic() + hold_s
+                    os.kill(pid, signal.SIGSTOP)
+                    held = seen["pid"] = pid
+                    until = time.monotonic() + hold_s
             if held is not None and (len(runs) >= workers or time.monotonic() > until):
                 seen["taken_at_release"] = len(runs)
                 break
