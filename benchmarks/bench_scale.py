@@ -121,8 +121,8 @@ def one_size(work: Path, n: int, per_domain: int, before: Path | None = None) ->
 
 
 def scale(sizes: list[int], per_domain: int, work: Path, quick: bool, before: Path | None = None,
-          before_label: str | None = None) -> None:
-    with Recorder("scale") as rec:
+          before_label: str | None = None, name: str = "scale") -> None:
+    with Recorder(name) as rec:
         rows = []
         for n in sizes:
             rows.append(one_size(work, n, per_domain, before))
@@ -248,6 +248,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--limit", type=int, default=None, help="--issue23: build at most N domains")
     ap.add_argument("--before", default=None, help="a git ref: the same stages by its code, beside this tree's")
+    ap.add_argument("--name", default="scale", help="results file stem (e.g. a side-by-side beside the full table)")
     a = ap.parse_args()
     work = a.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -263,7 +264,7 @@ def main() -> None:
         before = export_tree(a.before, work / "before-code")
         label = short_sha(a.before)
     try:
-        scale(sizes, a.per_domain, work, a.quick, before, label)
+        scale(sizes, a.per_domain, work, a.quick, before, label, a.name)
     finally:
         if a.work is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -1,19 +1,19 @@
 """build_environments: synthesize each domain's environment, then its scenarios.
 
-By default each domain is its own Prefect task (named by the domain, with its log lines and
-table row in the UI) on a bounded thread pool; each task drives its own sandbox worker process.
-Opt-in (`--processes N` / AGENTSCALER_BUILD_PROCESSES): a local rules build runs batches of domains
-on a pool of N processes, one Prefect task per batch, whose process reads the corpus once and
-builds its domains one after another (every check as in the one-domain path). It is not the
-default: side by side on the saturated 2-core machine it was no faster (a domain's time is mostly
-its sandbox workers' processes, which threads already run in parallel), and per-batch task runs
-show a person less in the UI than per-domain ones. The LLM synthesizer always takes the thread path
-(its client lives in this process). With `batch_deployment` (set by
-the build-environments deployment) the domains are split into batches of `batch_size`, each its
-own run of that deployment (`build_batch_flow`) on the work pool, so N workers build N batches at
-once. A failed domain is marked failed in the catalog with
-its error and never fails the others; finished domains are skipped on a re-run (content-hash
-keys), so a killed run resumes.
+A local rules build of POOL_MIN_DOMAINS domains or more runs batches of domains on a pool of
+PROCESSES processes (`--processes N` / AGENTSCALER_BUILD_PROCESSES; default MAX_WORKERS, the
+domains built at once), one Prefect task per batch, whose process reads the corpus once and builds
+its domains one after another (every check as in the one-domain path): the Python work of the
+domains runs on every core, and no task run is started per domain. On a quiet 2-core machine it
+built 1,000 tools' domains 1.4x faster than one task per domain, with less CPU
+(benchmarks/results/scale.md). Smaller builds, `--processes 0` and the LLM synthesizer (its client
+lives in this process) take one Prefect task per domain on a bounded thread pool (named by the
+domain, with its log lines and table row in the UI), each driving its own sandbox worker process.
+With `batch_deployment` (set by the build-environments deployment) the domains are split into
+batches of `batch_size`, each its own run of that deployment (`build_batch_flow`) on the work pool,
+so N workers build N batches at once. A failed domain is marked failed in the catalog with its
+error and never fails the others; finished domains are skipped on a re-run (content-hash keys), so
+a killed run resumes.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ MAX_WORKERS = int(os.environ.get("AGENTSCALER_MAX_WORKERS", "2"))
 # Domains per batch run when batches go to a deployment: few enough task runs per flow run.
 BATCH_SIZE = int(os.environ.get("AGENTSCALER_BATCH_SIZE", "25"))
 # Processes that build batches of domains in a local rules build (0: one thread-pool task per domain).
-PROCESSES = int(os.environ.get("AGENTSCALER_BUILD_PROCESSES", "0"))
+PROCESSES = int(os.environ.get("AGENTSCALER_BUILD_PROCESSES", str(MAX_WORKERS)))
 # Below this many domains a pooled build starts no pool (a spawned process's imports cost seconds).
 POOL_MIN_DOMAINS = 24
 BUILD_STAGES = ("synthesize", "scenarios")
@@ -79,11 +79,13 @@ def _pooled(ws: Workspace, ids: list[str], processes: int, **kwargs: Any) -> tup
     parts = batches(ids, size)
     results: dict[str, Any] = {}
     failures: dict[str, dict[str, Any]] = {}
+    # A runner of its own: the flow's (MAX_WORKERS threads) would leave processes beyond it idle.
     with progress.stage("build", total=len(ids), unit="domains") as bar, \
-            ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+            ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn")) as pool, \
+            ThreadPoolTaskRunner(max_workers=processes) as runner:
         futures = []
         for part in parts:
-            fut = build_domains_task.submit(part, pool, str(ws.root), **kwargs)
+            fut = runner.submit(build_domains_task, {"domains": part, "pool": pool, "workspace": str(ws.root), **kwargs})
             fut.add_done_callback(lambda _f, n=len(part), k=part[-1]: bar.advance(n, note=k))
             futures.append((part, fut))
         for part, fut in futures:
