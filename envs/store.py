@@ -4,8 +4,9 @@ The seed is a SQLite file built from SQLAlchemy tables that mirror the spec's Ta
 episode never touches it: the worker reads the seed's bytes once and `deserialize`s a private
 in-memory copy on every reset (about a millisecond for a few MB).
 
-SQLAlchemy is imported only by the build-side functions, so the sandbox worker (which imports
-`load_seed_bytes` / `load_into`) stays stdlib-only.
+SQLAlchemy is imported only by the build-side functions. The episode side (`load_seed_bytes`,
+`load_into`, `open_episode`) lives in envs/image.py, which the sandbox worker imports instead of
+this module, and is re-exported here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from envs.image import load_into, load_seed_bytes, open_episode  # noqa: F401 - the episode side, re-exported
 from envs.state import StateOracle
 
 if TYPE_CHECKING:
@@ -170,35 +172,3 @@ def render_models_py(spec: "DomainSpec") -> str:
                 args.insert(0, repr(c.name))
             lines.append(f"    {attr}: Mapped[{py}{' | None' if opt else ''}] = mapped_column({', '.join(args)}){note}")
     return "\n".join(lines) + "\n"
-
-
-# Episode side (stdlib only) ---------------------------------------------------------------------
-def load_seed_bytes(path: Path) -> bytes:
-    """The seed database image, read without ever writing to the file (immutable, read-only)."""
-    # os.path, not pathlib or urllib: the sandbox worker imports this module, and every worker's
-    # start would pay for importing those (about 10 ms of CPU)
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"seed database {path} does not exist")
-    uri = os.path.realpath(path).replace("%", "%25").replace("?", "%3f").replace("#", "%23")  # URI escapes
-    src = sqlite3.connect(f"file:{uri}?mode=ro&immutable=1", uri=True)
-    try:
-        src.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        data = bytearray(src.serialize())
-    finally:
-        src.close()
-    if data[18:20] == b"\x02\x02":  # a WAL-mode header: an in-memory copy must use a rollback journal
-        data[18:20] = b"\x01\x01"
-    return bytes(data)
-
-
-def load_into(conn: sqlite3.Connection, data: bytes) -> None:
-    """Replace conn's main database with a private, writable in-memory copy of data."""
-    conn.deserialize(data)
-
-
-def open_episode(data: bytes) -> sqlite3.Connection:
-    """A fresh in-memory connection holding a copy of data (autocommit mode: transactions are explicit)."""
-    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-    load_into(conn, data)
-    return conn

@@ -34,7 +34,7 @@ import sys
 from _signal import getsignal as _getsignal
 from typing import Any
 
-from envs import store
+from envs import image
 from envs.pipe import HEADER, MAX_NESTING, NO_NONCE, OK_BODY, spin_read, too_deep
 from envs.toolkit import DB, ToolError, guard_connection
 
@@ -304,7 +304,7 @@ class Worker:
         with open(os.path.join(domain, "spec.json"), encoding="utf-8") as fh:
             raw = json.load(fh)
         self.spec = LightSpec(raw)
-        self.seed = store.load_seed_bytes(os.path.join(domain, raw.get("seed_path", "seed.sqlite")))
+        self.seed = image.load_seed_bytes(os.path.join(domain, raw.get("seed_path", "seed.sqlite")))
         self.conn, self.guard, self.db = self._episode_connection()
         self.code_path = os.path.join(domain, raw.get("code_path", "tools.py"))
         self.code: Any = None
@@ -325,7 +325,7 @@ class Worker:
 
     def _episode_connection(self) -> tuple[sqlite3.Connection, Any, DB]:
         """A connection holding a fresh copy of the seed, its guard and the db helper tool code gets."""
-        conn = store.open_episode(self.seed)
+        conn = image.open_episode(self.seed)
         conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temp b-trees count in RLIMIT_AS, not on disk
         conn.execute("SELECT count(*) FROM sqlite_master").fetchall()  # schema parsed once (in the zygote: shared)
         return conn, guard_connection(conn, self.time_limit), DB(conn, self.spec)
@@ -861,7 +861,21 @@ class Zygote:
 
 def _import_pyseccomp(libraries: dict[str, str]) -> None:
     """Import pyseccomp with the library names the parent already found (envs.sandbox): its
-    find_library calls would otherwise run ldconfig twice in every worker's start."""
+    find_library calls would otherwise run ldconfig twice in every worker's start. pyseccomp uses
+    ctypes.util for find_library alone, at import; when the parent found both libraries a stand-in
+    module answers instead, for the import only (the real ctypes.util imports shutil with its
+    compression modules, subprocess and tempfile: a tenth of a worker's start)."""
+    import ctypes
+
+    if libraries.get("c") and libraries.get("seccomp") and "ctypes.util" not in sys.modules:
+        stand_in = type(sys)("ctypes.util")
+        stand_in.find_library = libraries.get  # type: ignore[attr-defined]
+        sys.modules["ctypes.util"], ctypes.util = stand_in, stand_in  # type: ignore[attr-defined]
+        try:
+            import pyseccomp  # noqa: F401
+        finally:
+            del sys.modules["ctypes.util"], ctypes.util  # a later `import ctypes.util` loads the real one
+        return
     import ctypes.util
 
     real = ctypes.util.find_library
