@@ -218,8 +218,9 @@ def _closed_loop_comparison(d: dict) -> str:
         f"From `benchmarks/results/closed_loop.json` (`benchmarks/closed_loop.py`): {ev['scenarios']} held-out "
         f"scenarios from {len(ev['domains'])} held-out domains ({ev['single_call']} single-call, {ev['multi_call']} "
         f"multi-call), k = {cfg['k']}, the same scenarios and decoding for both models ({d.get('runtime', '')}); "
-        f"trained {tr['global_step']} optimizer steps in {tr['train_seconds']:.0f} s ({cfg['budget_minutes']} min "
-        f"budget, {tr['tokens_per_second'] or 0:.0f} tokens/s, {tr['epochs'] or 0:.2f} epoch), train loss "
+        f"trained {tr['global_step']} optimizer steps in {tr['train_seconds']:.0f} s ("
+        + (f"{cfg['main_steps']} steps planned" if cfg.get("main_steps") else f"{cfg['budget_minutes']} min budget")
+        + f", {tr['tokens_per_second'] or 0:.0f} tokens/s, {tr['epochs'] or 0:.2f} epoch), train loss "
         f"{tr['first_loss']:.3f} → {tr['last_loss']:.3f}"
         + (f", validation loss {val[0]:.3f} → {val[-1]:.3f}" if val else "")
         + (f"; load (1 min) {load['min']}-{load['max']}, median {load['median']}, on {load['cpus']} CPUs "

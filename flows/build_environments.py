@@ -4,9 +4,9 @@ A local rules build of POOL_MIN_DOMAINS domains or more runs batches of domains 
 PROCESSES processes (`--processes N` / AGENTSCALER_BUILD_PROCESSES; default MAX_WORKERS, the
 domains built at once), one Prefect task per batch, whose process reads the corpus once and builds
 its domains one after another (every check as in the one-domain path): the Python work of the
-domains runs on every core, and no task run is started per domain. On a quiet 2-core machine it
-built 1,000 tools' domains 1.4x faster than one task per domain, with less CPU
-(benchmarks/results/scale.md). Smaller builds, `--processes 0` and the LLM synthesizer (its client
+domains runs on every core, and no task run is started per domain. Side by side on a quiet 2-core
+machine its build stage took 0.77x the wall time of one task per domain at 1k tools and 0.63x at 3k,
+with less CPU (benchmarks/results/scale_pool.md). Smaller builds, `--processes 0` and the LLM synthesizer (its client
 lives in this process) take one Prefect task per domain on a bounded thread pool (named by the
 domain, with its log lines and table row in the UI), each driving its own sandbox worker process.
 With `batch_deployment` (set by the build-environments deployment) the domains are split into
@@ -69,8 +69,18 @@ def build_domain_task(item: dict[str, Any], workspace: str, synth: str, seed: in
 @task(name="build-domains", tags=["synthesize", "scenarios"], cache_policy=NO_CACHE)
 def build_domains_task(domains: list[str], pool: ProcessPoolExecutor, workspace: str, synth: str, seed: int,
                        per_domain: int, max_length: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """One batch of domains, built in a pool process (one Prefect task run per batch, not per domain)."""
-    return pool.submit(build_batch, workspace, domains, synth, seed, per_domain, max_length).result()
+    """One batch of domains, built in a pool process (one Prefect task run per batch, not per domain);
+    the run's log gets a line per domain when the batch is back (the pool process has no Prefect)."""
+    results, failures = pool.submit(build_batch, workspace, domains, synth, seed, per_domain, max_length).result()
+    log = get_run_logger()
+    for d in domains:
+        if d in results:
+            r = results[d]
+            log.info("built %s: %d tools, %s of them execute, %d scenarios%s", d, r["tools"], r["executes"],
+                     r["scenarios"], " (unchanged)" if r.get("skipped") else "")
+        elif d in failures:
+            log.warning("failed %s: %s", d, failure_lines({d: failures[d]})[0])
+    return results, failures
 
 
 def _pooled(ws: Workspace, ids: list[str], processes: int, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:

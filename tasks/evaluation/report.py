@@ -491,10 +491,11 @@ def scaling_markdown(out: dict[str, Any]) -> str:
     if missing:
         lines += ["", f"Not measured: {', '.join(missing)} train domains (a run in progress or stopped before them, "
                   "or more domains than the workspace trains on)."]
-    reused = [p["label"] for p in out["points"] if p.get("checkpoint", "own") != "own"]
-    if reused:
-        lines += ["", (f"Point {', '.join(reused)}: the main run's checkpoint (the same rows and the same number of "
-                       "steps; its warmup and cosine learning rate ran on the clock instead of on steps).")]
+    for p in out["points"]:
+        if p.get("checkpoint", "own") != "own":  # named by its model: a later main run may be another one
+            lines += ["", f"Point {p['label']}: the checkpoint of the main run of that time ({p.get('model')}), trained "
+                      "on the same rows for the same number of steps" + ("; its warmup and cosine learning rate ran "
+                      "on the clock instead of on steps." if "clock" in p["checkpoint"] else ".")]
     lines += ["", f"![scaling curve]({Path(out['figure']).name})", ""]
     return "\n".join(lines)
 

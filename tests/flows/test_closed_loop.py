@@ -129,7 +129,8 @@ def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     assert all_point["checkpoint"].startswith("the main run's") and all_point["train"]["final_dir"] == out["train"]["final_dir"]
     assert not (ws.root / "closed_loop" / "scaling-1" / "model").exists()  # nothing trained for it
     assert all_point["scenarios"] == 2 and all_point["run_id"] != out["trained"]["heldout"]["run_id"]  # k = 1: its own run
-    assert "Point all (1): the main run's checkpoint" in (ws.reports_dir / "scaling.md").read_text()
+    assert f"Point all (1): the checkpoint of the main run of that time ({all_point['model']})" in \
+        (ws.reports_dir / "scaling.md").read_text()
     depth = scaling_curve(ws, cfg.model_copy(update={"scaling_points": ["all"], "scaling_base": False}),
                           log=lambda *_: None)  # a point without the base model's (evaluated or not)
     assert [p["domains"] for p in depth["points"]] == [1] and depth["points"][0]["run_id"] == all_point["run_id"]

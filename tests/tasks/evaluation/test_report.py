@@ -161,10 +161,11 @@ def test_scaling_report_of_a_partial_curve_names_the_missing_points(tmp_path):
     iv = {"estimate": 0.05, "low": 0.01, "high": 0.1}
     points = [{"domains": d, "label": label, "pass^1": iv, "single_call": iv, "multi_call": None, "diagnostics": {},
                "export": None, "train": None} for d, label in ((0, "0 (base)"), (8, "8"), (160, "all (160)"))]
-    points[2]["checkpoint"] = "the main run's (learning rate on the clock)"
+    points[2].update(checkpoint="the main run's (learning rate on the clock)", model="smollm2-135m-sft-c4161fd4")
     out = {"steps": 10, "points": points, "figure": str(plot_scaling(points, tmp_path / "scaling.png")),
            "config": {"scaling_k": 1, "batch_size": 1, "grad_accum": 4, "experience_runs": [],
                       "scaling_points": ["8", "32", "all", "128"]}}
     md = scaling_markdown(out)
     assert "| 8 | 0 | 5.0 [1.0, 10.0] |" in md and "Not measured: 32, 128 train domains" in md
-    assert "Point all (160): the main run's checkpoint" in md and (tmp_path / "scaling.png").stat().st_size > 1000
+    assert ("Point all (160): the checkpoint of the main run of that time (smollm2-135m-sft-c4161fd4)" in md
+            and "ran on the clock" in md and (tmp_path / "scaling.png").stat().st_size > 1000)
