@@ -14,10 +14,9 @@ import json
 import random
 from typing import Any
 
-from agentscaler.schemas import is_valid
 from tasks.environments.plan import Entity
 from tasks.environments.verbs import TERMINAL
-from tasks.scenarios.values import gen_value
+from tasks.scenarios.values import gen_value, valid
 
 MONEY_COLUMNS = {"balance": (40.0, 2000.0), "hourly_rate": (1.5, 8.0), "total_price": (5.0, 300.0)}
 
@@ -32,7 +31,7 @@ def _pk_values(e: Entity, n: int, rng: random.Random) -> list[Any]:
         out: list[Any] = []
         for _ in range(n * 20):
             v = gen_value(s, e.pk, rng)
-            if v not in out and is_valid(v, s):
+            if v not in out and valid(v, s):
                 out.append(v)
             if len(out) == n:
                 break
@@ -117,7 +116,7 @@ def seed_rows(entities: dict[str, Entity], rng: random.Random, clock: str) -> di
                         col not in e.list_refs:
                     # a reference without a declared foreign key: a key of the entity it names
                     ref = next(x for x in entities.values() if x.pk == col and x is not e)
-                    fit = [v for v in pks[ref.name] if is_valid(v, e.schemas[col])]
+                    fit = [v for v in pks[ref.name] if valid(v, e.schemas[col])]
                     row[col] = rng.choice(fit) if fit else gen_value(e.schemas[col], col, rng)
                 elif col in e.schemas:
                     s = e.schemas[col]
@@ -128,14 +127,14 @@ def seed_rows(entities: dict[str, Entity], rng: random.Random, clock: str) -> di
                             v for v in pool.get(col, ()) if v not in used.setdefault(col, set())]:
                         # the same field in another table: reuse its values (a watchlist holds known symbols)
                         v = rng.choice([v for v in pool[col] if v not in used[col]])
-                        row[col] = v if is_valid(v, s) else gen_value(s, col, rng)
+                        row[col] = v if valid(v, s) else gen_value(s, col, rng)
                     else:
                         row[col] = gen_value(s, col, rng)
                     alts = e.alt_schemas.get(col) or []
-                    if alts and fk_ref is None and not all(is_valid(row[col], a) for a in alts):
+                    if alts and fk_ref is None and not all(valid(row[col], a) for a in alts):
                         # another tool takes this field with another schema: a value both accept
                         for cand in (gen_value(a, col, rng) for a in alts for _ in range(4)):
-                            if is_valid(cand, s) and all(is_valid(cand, a) for a in alts):
+                            if valid(cand, s) and all(valid(cand, a) for a in alts):
                                 row[col] = cand
                                 break
                     if cs.type in ("text", "integer") and isinstance(row[col], (str, int)):

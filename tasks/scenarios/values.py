@@ -12,7 +12,7 @@ import random
 from typing import Any
 
 from agentscaler.naming import snake
-from agentscaler.schemas import is_valid
+from agentscaler.schemas import check, is_valid, value_problem
 from envs.fastcheck import flat_checker, value_checker
 
 _FAST: dict[int, tuple[Any, Any]] = {}  # id(schema) -> (the schema, kept alive; its fast checker or None)
@@ -21,18 +21,23 @@ _FAST: dict[int, tuple[Any, Any]] = {}  # id(schema) -> (the schema, kept alive;
 def valid(value: Any, schema: Any) -> bool:
     """agentscaler.schemas.is_valid, with envs.fastcheck's exact check of a flat schema first (most
     parameter schemas are a type or a string enum; an object of such properties): ~10x faster on
-    the values it accepts, which are most; jsonschema decides the rest. The sampler checks every
-    candidate value, thousands per domain."""
+    the values it accepts, which are most; jsonschema decides the rest. The sampler and the seed
+    check every candidate value, thousands per domain. A value is_valid refuses before any schema
+    (NaN, an infinity, too deep: value_problem) is refused here too, and a malformed schema (one the
+    metaschema refuses, e.g. a type list with repeats) gets no fast check: is_valid refuses it."""
     hit = _FAST.get(id(schema))
     if hit is None or hit[0] is not schema:
-        fast = value_checker(schema)
-        if fast is None:
-            flat = flat_checker(schema)
-            fast = (lambda v, f=flat: isinstance(v, dict) and f(v)) if flat is not None else None
+        fast = None
+        if check(schema).problem is None:
+            fast = value_checker(schema)
+            flat = flat_checker(schema) if fast is None else None
+            fast = fast or ((lambda v, f=flat: isinstance(v, dict) and f(v)) if flat is not None else None)
         if len(_FAST) > 4096:
             _FAST.clear()
         hit = _FAST[id(schema)] = (schema, fast)
-    return (hit[1] is not None and hit[1](value)) or is_valid(value, schema)
+    if hit[1] is not None and hit[1](value) and value_problem(value) is None:
+        return True
+    return is_valid(value, schema)
 
 _FIRST = ["Ada", "Alan", "Grace", "Linus", "Barbara", "Ken", "Margaret", "Dennis", "Frances", "Edsger",
           "Radia", "Donald", "Katherine", "John", "Hedy", "Tim"]
