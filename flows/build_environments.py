@@ -5,10 +5,11 @@ PROCESSES processes (`--processes N` / AGENTSCALER_BUILD_PROCESSES; default MAX_
 domains built at once), one Prefect task per batch, whose process reads the corpus once and builds
 its domains one after another (every check as in the one-domain path): the Python work of the
 domains runs on every core, and no task run is started per domain. Side by side on a quiet 2-core
-machine its build stage took 0.77x the wall time of one task per domain at 1k tools and 0.63x at 3k,
-with less CPU (benchmarks/results/scale_pool.md). Smaller builds, `--processes 0` and the LLM synthesizer (its client
-lives in this process) take one Prefect task per domain on a bounded thread pool (named by the
-domain, with its log lines and table row in the UI), each driving its own sandbox worker process.
+machine its build stage took 0.77x the wall time of one task per domain at 1k tools and 0.63x at
+3k, with less CPU (benchmarks/results/scale_pool.md). Smaller builds, `--processes 0` and the LLM
+synthesizer (its client lives in this process) take one Prefect task per domain on a bounded thread
+pool (named by the domain, with its log lines and table row in the UI), each driving its own
+sandbox worker process.
 With `batch_deployment` (set by the build-environments deployment) the domains are split into
 batches of `batch_size`, each its own run of that deployment (`build_batch_flow`) on the work pool,
 so N workers build N batches at once. A failed domain is marked failed in the catalog with its
