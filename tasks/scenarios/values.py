@@ -28,10 +28,11 @@ def valid(value: Any, schema: Any) -> bool:
     hit = _FAST.get(id(schema))
     if hit is None or hit[0] is not schema:
         fast = None
-        if check(schema).problem is None:
+        if check(schema).problem is None:  # a malformed schema: is_valid refuses every value
             fast = value_checker(schema)
-            flat = flat_checker(schema) if fast is None else None
-            fast = fast or ((lambda v, f=flat: isinstance(v, dict) and f(v)) if flat is not None else None)
+            if fast is None:
+                flat = flat_checker(schema)
+                fast = (lambda v, f=flat: isinstance(v, dict) and f(v)) if flat is not None else None
         if len(_FAST) > 4096:
             _FAST.clear()
         hit = _FAST[id(schema)] = (schema, fast)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from envs.sandbox import _library_names, _pyseccomp_path, worker_lib
 
