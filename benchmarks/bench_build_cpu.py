@@ -83,7 +83,7 @@ def child(code_root: Path, ws: Path, n: int, per_domain: int, profile: Path | No
         return start(self, *a, **k)
 
     def _kill(self, *a, **k):
-        if self.proc is not None:
+        if self.proc is not None and self.proc.pid is not None:  # a worker in a sandbox of its own
             c0 = time.process_time()
             counts["sandbox_cpu_s"] += tree_cpu_s([self.proc.pid])
             counts["scan_cpu_s"] += time.process_time() - c0
@@ -91,6 +91,18 @@ def child(code_root: Path, ws: Path, n: int, per_domain: int, profile: Path | No
 
     sandbox.WorkerProcess._send_request, sandbox.WorkerProcess.fresh = _send, _fresh
     sandbox.WorkerProcess.kill, sandbox.WorkerProcess.start = _kill, _start
+    launcher_close = getattr(sandbox, "Launcher", None) and sandbox.Launcher.close
+
+    def _close_launcher(self, *a, **k):
+        if self.proc is not None:  # the shared launcher's bubblewrap: every worker it forked (REF may have none)
+            c0 = time.process_time()
+            counts["sandbox_cpu_s"] += tree_cpu_s([self.proc.pid])
+            counts["scan_cpu_s"] += time.process_time() - c0
+            counts["launcher_workers"] = counts.get("launcher_workers", 0) + self.opened
+        return launcher_close(self, *a, **k)
+
+    if launcher_close:
+        sandbox.Launcher.close = _close_launcher
     domains = [str(r["domain"]) for r in json.loads((ws / "graph" / "domains.json").read_text())][:n]
     prof = cProfile.Profile(time.process_time) if profile else None  # CPU, not wall: waits are not work
     c0, t0 = time.process_time(), time.perf_counter()

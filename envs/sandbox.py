@@ -27,6 +27,13 @@ pipe pair. Every request carries a random nonce the reply must echo (envs.pipe),
 tool code writes itself is rejected. The isolation report comes from the zygote before any tool
 code is loaded.
 
+Shared launcher (envs.launcher; `shared_launcher`, used by a rules build's batches): where the kernel
+has Landlock ABI 6+, the workers a process opens one after another for domains under given folders
+are forks of one launcher already inside a bubblewrap with its imports done, instead of a bubblewrap
+and an interpreter each; the layers above are the same, Landlock then also keeping each domain to
+its own files, scratch folder and processes. Such a worker does not busy-wait unless given spin_us
+(its caller computes between calls). AGENTSCALER_SHARED_SANDBOX=0 turns it off.
+
 Transport: caller and worker each busy-wait up to `spin_us` (default 200 us) for the other's next
 message before sleeping on the pipe. On these VMs a sleeping process takes 25-75 us to wake, more
 than most tool calls; within the spin a round trip is ~3 us. AGENTSCALER_SPIN_US=0 turns it off.
@@ -52,6 +59,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -266,6 +275,7 @@ class WorkerProcess:
         self.use_bwrap = bwrap_works() if use_bwrap is None else use_bwrap
         self.landlock = landlock
         self.spin_ns = (default_spin_us() if spin_us is None else spin_us) * 1000
+        self._spin_given = spin_us is not None
         if cpu is not None and cpu not in os.sched_getaffinity(0):
             raise ValueError(f"cpu {cpu} is not one this process may run on: {sorted(os.sched_getaffinity(0))}")
         self.cpu = cpu
@@ -281,6 +291,7 @@ class WorkerProcess:
         self._rbuf = bytearray(READ_CHUNK)
         self._scratch: str | None = None
         self._log: Any = None
+        self._launcher: Launcher | None = None
 
     # start / stop -------------------------------------------------------------------------------
     def _command(self, ctl: int, scratch: str) -> list[str]:
@@ -306,14 +317,8 @@ class WorkerProcess:
                 shutil.copy(self.domain_dir / rel, Path(dom) / rel)
         boot = f"import sys; sys.path[:0] = [{lib!r}]; from envs.worker import main; main()"
         worker = [exe, "-I", "-S", "-B", "-c", boot, "--ctl", str(ctl), "--domain", dom, "--scratch", scr,
-                  "--scratch-writable", "1" if self.use_bwrap else "0", "--time-limit", repr(self.time_limit),
-                  "--max-reply", str(self.max_reply), "--spin-us", str(self.spin_ns // 1000),
-                  "--limits", json.dumps(self.limits), "--seccomp", "1" if seccomp_py else "0",
-                  "--landlock", "1" if self.landlock else "0", "--lib", lib,
-                  "--libraries", json.dumps(_library_names() if seccomp_py else {}),
+                  "--scratch-writable", "1" if self.use_bwrap else "0", *self._worker_args(lib, seccomp_py),
                   "--parent-pid", "0" if self.use_bwrap else str(os.getpid())]
-        if self.cpu is not None:
-            worker += ["--cpu", str(self.cpu)]
         if not self.use_bwrap:
             return worker
         d = self.domain_dir
@@ -334,6 +339,14 @@ class WorkerProcess:
                 "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", scr]
         return cmd + ["--"] + worker
 
+    def _worker_args(self, lib: str, seccomp_py: Path | None) -> list[str]:
+        """envs.worker's arguments but for where it runs (--ctl, --domain, --scratch...)."""
+        args = ["--time-limit", repr(self.time_limit), "--max-reply", str(self.max_reply),
+                "--spin-us", str(self.spin_ns // 1000), "--limits", json.dumps(self.limits),
+                "--seccomp", "1" if seccomp_py else "0", "--landlock", "1" if self.landlock else "0", "--lib", lib,
+                "--libraries", json.dumps(_library_names() if seccomp_py else {})]
+        return args + (["--cpu", str(self.cpu)] if self.cpu is not None else [])
+
     def start(self) -> dict[str, bool]:
         self.stop()
         try:
@@ -343,14 +356,27 @@ class WorkerProcess:
         for key, default in (("code_path", "tools.py"), ("seed_path", "seed.sqlite")):
             if not (self.domain_dir / spec.get(key, default)).is_file():
                 raise SandboxError(f"{self.domain_dir}: {spec.get(key, default)} is missing")
-        _sweep_orphan_scratch()
-        self._scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._log = tempfile.TemporaryFile(prefix="agentscaler-worker-log-")
+        launcher = _LAUNCHER if self.use_bwrap and self.landlock else None
+        dom = launcher.inside(self.domain_dir) if launcher is not None else None
         try:
-            self.proc = subprocess.Popen(self._command(theirs.fileno(), self._scratch), pass_fds=(theirs.fileno(),),
-                                         stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-                                         start_new_session=True, close_fds=True, env=worker_env(self._scratch))
+            if launcher is not None and dom is not None:  # a fork of the shared launcher's interpreter
+                self._launcher = launcher
+                if not self._spin_given:
+                    # a process opening domain after domain computes between calls: on a CPU-bound
+                    # machine a busy-waiting worker only takes the CPU from the build's other processes
+                    self.spin_ns = 0
+                argv = ["--domain", dom, *self._worker_args(LAUNCHER_LIB, _pyseccomp_path())]
+                self.proc = launcher.open(argv, theirs.fileno())
+            else:
+                self._launcher = None
+                _sweep_orphan_scratch()
+                self._scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+                self._log = tempfile.TemporaryFile(prefix="agentscaler-worker-log-")
+                self.proc = subprocess.Popen(self._command(theirs.fileno(), self._scratch),
+                                             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                             stdout=self._log, stderr=self._log, start_new_session=True,
+                                             close_fds=True, env=worker_env(self._scratch))
         finally:
             theirs.close()
         ours.setblocking(False)
@@ -386,6 +412,8 @@ class WorkerProcess:
         return self.isolation
 
     def _read_log(self) -> str:
+        if self._launcher is not None:
+            return self._launcher.read_log()
         if self._log is None:
             return ""
         try:
@@ -406,7 +434,8 @@ class WorkerProcess:
     def kill(self) -> None:
         if self.proc is not None:
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                if isinstance(self.proc, subprocess.Popen):  # a Hosted zygote's pid is the launcher's
+                    os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             try:
@@ -682,3 +711,177 @@ class WorkerProcess:
 
     def close(self) -> None:
         self.stop()
+
+
+# A shared launcher (envs.launcher) -----------------------------------------------------------------
+LAUNCHER_LIB = "/sandbox/lib"
+LAUNCHER_MIN_ABI = 6  # Landlock scopes signals and abstract sockets from ABI 6: see envs.launcher
+
+
+class Hosted:
+    """A zygote forked by a Launcher, as WorkerProcess holds a process: polled and killed through a
+    pidfd (its pid is one of the launcher's pid namespace; it is the launcher's child to reap)."""
+
+    pid = None
+
+    def __init__(self, pidfd: int):
+        self.pidfd = pidfd
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self.pidfd], [], [], 0)[0]:
+            self.returncode = -1  # exited (how is the launcher's to know)
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None and not select.select([self.pidfd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired("zygote", timeout or 0)
+        self.returncode = -1
+        os.close(self.pidfd)
+        self.pidfd = -1
+        return self.returncode
+
+    def __del__(self) -> None:
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+
+
+class Launcher:
+    """One bubblewrap for the domains under `roots` (bound read-only at /domains/<i>): each
+    WorkerProcess started on one of them while this is the current launcher (`shared_launcher`) is a
+    zygote forked by envs.launcher instead of a sandbox of its own. Not thread-safe."""
+
+    def __init__(self, roots: list[Path], scratch_mb: int = 128):
+        self.roots = [Path(r).resolve() for r in roots]
+        self.scratch_mb = scratch_mb
+        self.proc: subprocess.Popen | None = None
+        self._ctl: socket.socket | None = None
+        self._log: Any = None
+        self.opened = 0
+
+    @staticmethod
+    def available() -> bool:
+        """bubblewrap works, pyseccomp imports and the kernel's Landlock is ABI 6+ (AGENTSCALER_SHARED_SANDBOX=0: off)."""
+        if os.environ.get("AGENTSCALER_SHARED_SANDBOX", "1").strip() in ("0", "false", "no"):
+            return False
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        abi = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+        return abi >= LAUNCHER_MIN_ABI and bwrap_works() and _pyseccomp_path() is not None
+
+    def inside(self, domain_dir: Path) -> str | None:
+        """Where domain_dir is in the launcher's view (root i is bound at /domains/i), or None."""
+        for i, r in enumerate(self.roots):
+            if domain_dir.is_relative_to(r):
+                return str(Path(f"/domains/{i}") / domain_dir.relative_to(r))
+        return None
+
+    def start(self) -> None:
+        self.close()
+        for r in self.roots:
+            r.mkdir(parents=True, exist_ok=True)
+        seccomp_py = _pyseccomp_path()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        scr = "/scratch"
+        boot = f"import sys; sys.path[:0] = [{LAUNCHER_LIB!r}]; from envs.launcher import main; main()"
+        cmd = [shutil.which("bwrap"), "--unshare-user", "--uid", "65534", "--gid", "65534", "--unshare-net",
+               "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+               "--new-session", "--hostname", "sandbox", "--clearenv"]
+        for k, v in worker_env(scr).items():
+            cmd += ["--setenv", k, v]
+        cmd += [*_root_binds(), "--ro-bind", str(worker_lib(seccomp_py)), LAUNCHER_LIB]
+        for i, r in enumerate(self.roots):
+            cmd += ["--ro-bind", str(r), f"/domains/{i}"]
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(self.scratch_mb << 20), "--tmpfs", scr,
+                "--symlink", scr, "/tmp", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", scr, "--",
+                str(Path(sys.executable).resolve()), "-I", "-S", "-B", "-c", boot, "--ctl", str(theirs.fileno()),
+                "--scratch", scr, "--libraries", json.dumps(_library_names())]
+        self._log = tempfile.TemporaryFile(prefix="agentscaler-launcher-log-")
+        try:
+            self.proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log,
+                                         stderr=self._log, start_new_session=True, close_fds=True,
+                                         env=worker_env("/"))
+        finally:
+            theirs.close()
+        self._ctl = ours
+        ours.settimeout(CTL_TIMEOUT)
+        try:
+            hello = json.loads(ours.recv(4096) or b"null")
+        except (OSError, ValueError) as exc:
+            hello = {"error": str(exc)}
+        if not isinstance(hello, dict) or hello.get("ok") is not True:
+            log = self.read_log()
+            self.close()
+            raise SandboxError(f"the shared sandbox launcher failed to start: {hello}\n{log}")
+
+    def open(self, argv: list[str], ctl_fd: int) -> Hosted:
+        """Fork a zygote running envs.worker.main(argv) that talks over ctl_fd (sent, not kept)."""
+        for attempt in (0, 1):
+            if self.proc is None or self.proc.poll() is not None:
+                self.start()  # first use, or the launcher died: a new one
+            try:
+                socket.send_fds(self._ctl, [_dumps({"op": "open", "argv": argv}).encode()], [ctl_fd])
+                msg, fds, _, _ = socket.recv_fds(self._ctl, 4096, 1)
+            except OSError as exc:
+                if attempt:
+                    raise SandboxError(f"the shared sandbox launcher did not answer: {exc}") from None
+                self.close()
+                continue
+            reply = json.loads(msg or b"null")
+            if not isinstance(reply, dict) or reply.get("ok") is not True or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                raise SandboxError(f"the shared sandbox launcher could not open a worker: {reply}")
+            self.opened += 1
+            return Hosted(fds[0])
+        raise SandboxError("the shared sandbox launcher did not answer")
+
+    def read_log(self) -> str:
+        if self._log is None:
+            return ""
+        try:
+            self._log.seek(0)
+            return self._log.read()[-3000:].decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+
+    def close(self) -> None:
+        if self._ctl is not None:
+            self._ctl.close()
+            self._ctl = None
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.proc.wait()
+            self.proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+_LAUNCHER: Launcher | None = None  # the current shared launcher (shared_launcher), or None
+
+
+@contextmanager
+def shared_launcher(roots: list[Path]) -> Iterator[Launcher | None]:
+    """Within it, this process's sandbox workers for domains under `roots` are forks of one shared
+    launcher (started on first use; closed at the end) where Launcher.available(); elsewhere nothing
+    changes. For a process that opens many domains one after another: a build's pool process."""
+    global _LAUNCHER
+    if _LAUNCHER is not None or not Launcher.available():
+        yield _LAUNCHER
+        return
+    _LAUNCHER = Launcher(roots)
+    try:
+        yield _LAUNCHER
+    finally:
+        launcher, _LAUNCHER = _LAUNCHER, None
+        launcher.close()

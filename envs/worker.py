@@ -166,6 +166,15 @@ def set_parent_death_signal() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return max(0, libc.syscall(444, None, 0, 1))  # landlock_create_ruleset(NULL, 0, VERSION)
+
+
 def install_landlock(read_paths: list[str], write_paths: list[str]) -> bool:
     """Landlock (where the kernel has it): reads only under read_paths, writes only under
     write_paths; TCP bind/connect denied (ABI 4+); signals and abstract unix sockets scoped to
@@ -174,7 +183,7 @@ def install_landlock(read_paths: list[str], write_paths: list[str]) -> bool:
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    abi = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, VERSION)
+    abi = landlock_abi()
     if abi < 1:
         return False
 
@@ -307,6 +316,10 @@ class Worker:
         self.seed = image.load_seed_bytes(os.path.join(domain, raw.get("seed_path", "seed.sqlite")))
         self.conn, self.guard, self.db = self._episode_connection()
         self.code_path = os.path.join(domain, raw.get("code_path", "tools.py"))
+        # what of the domain's folder a child may read (Landlock): the folder may hold more (a build's
+        # staging folder, or a shared launcher's view of every domain: envs.launcher)
+        self.files = [os.path.join(domain, "spec.json"), self.code_path,
+                      os.path.join(domain, raw.get("seed_path", "seed.sqlite"))]
         self.code: Any = None
         self.load_error: str | None = None
         try:  # compiled once here (compiling runs nothing); executed in each child
@@ -933,7 +946,7 @@ def main(argv: list[str] | None = None) -> None:
             pass
     if a.landlock:
         prefix = os.path.realpath(sys.base_prefix)
-        reads = [prefix, "/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", a.lib, a.domain,
+        reads = [prefix, "/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", a.lib, *w.files,
                  os.path.dirname(os.path.realpath(sys.executable))]
         try:
             writes = ([a.scratch] if a.scratch_writable else []) + ["/dev/null", "/dev/zero"]

@@ -7,6 +7,7 @@ builds one domain per task with `build_one`.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from functools import lru_cache
 from typing import Any
 
@@ -14,6 +15,7 @@ from agentscaler.artifacts import load_tools
 from agentscaler.errors import failure, is_transient
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
+from envs.sandbox import shared_launcher
 from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
 from tasks.environments.validate import environment_files
 from tasks.scenarios.build import build_scenarios
@@ -78,16 +80,20 @@ def build_batch(workspace: str, domains: list[str], synth: str, seed: int, per_d
     records, tools, where = _corpus(str(ws.root), (dp.st_mtime_ns, dp.st_size, tp.st_mtime_ns, tp.st_size))
     results: dict[str, Any] = {}
     failures: dict[str, dict[str, Any]] = {}
-    for d in domains:
-        record = records.get(d, {"domain": d})
-        for attempt in range(len(RETRY_DELAYS_S) + 1):
-            try:
-                results[d] = build_one(ws, record, _members(record, tools, where), synth, seed, per_domain, max_length)
-                failures.pop(d, None)
-                break
-            except Exception as exc:  # noqa: BLE001 - reported per domain, the batch goes on
-                failures[d] = failure(exc)
-                if not is_transient(exc) or attempt == len(RETRY_DELAYS_S):
+    # the batch's sandbox workers are forks of one shared launcher where the kernel allows it
+    # (envs.launcher: Landlock keeps each domain to its own files): no new sandbox per domain
+    with shared_launcher([ws.cache_dir / "synth", ws.root / "domains"]) if synth == "rules" else nullcontext():
+        for d in domains:
+            record = records.get(d, {"domain": d})
+            for attempt in range(len(RETRY_DELAYS_S) + 1):
+                try:
+                    results[d] = build_one(ws, record, _members(record, tools, where), synth, seed, per_domain,
+                                           max_length)
+                    failures.pop(d, None)
                     break
-                time.sleep(RETRY_DELAYS_S[attempt])
+                except Exception as exc:  # noqa: BLE001 - reported per domain, the batch goes on
+                    failures[d] = failure(exc)
+                    if not is_transient(exc) or attempt == len(RETRY_DELAYS_S):
+                        break
+                    time.sleep(RETRY_DELAYS_S[attempt])
     return results, failures

@@ -16,12 +16,16 @@ from agentscaler.schemas import check, is_valid, value_problem
 from envs.fastcheck import flat_checker, value_checker
 
 _FAST: dict[int, tuple[Any, Any]] = {}  # id(schema) -> (the schema, kept alive; its fast checker or None)
+# JSON scalars by exact type (no subclass such as numpy's float64): where the fast check's "no" is final.
+# Most rejected candidates are these (seed values of another column's type): all of jsonschema's work.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def valid(value: Any, schema: Any) -> bool:
     """agentscaler.schemas.is_valid, with envs.fastcheck's exact check of a flat schema first (most
     parameter schemas are a type or a string enum; an object of such properties): ~10x faster on
-    the values it accepts, which are most; jsonschema decides the rest. The sampler and the seed
+    the values it accepts, which are most, and on JSON scalars it refuses; jsonschema decides the rest
+    (envs.fastcheck is exact on JSON values: tests/envs/test_fastcheck.py). The sampler and the seed
     check every candidate value, thousands per domain. A value is_valid refuses before any schema
     (NaN, an infinity, too deep: value_problem) is refused here too, and a malformed schema (one the
     metaschema refuses, e.g. a type list with repeats) gets no fast check: is_valid refuses it."""
@@ -32,12 +36,18 @@ def valid(value: Any, schema: Any) -> bool:
             fast = value_checker(schema)
             if fast is None:
                 flat = flat_checker(schema)
-                fast = (lambda v, f=flat: isinstance(v, dict) and f(v)) if flat is not None else None
+                # properties/required bind objects only: any other value is valid unless the type says object
+                other = "type" not in schema
+                fast = (lambda v, f=flat: f(v) if isinstance(v, dict) else other) if flat is not None else None
         if len(_FAST) > 4096:
             _FAST.clear()
         hit = _FAST[id(schema)] = (schema, fast)
-    if hit[1] is not None and hit[1](value) and value_problem(value) is None:
-        return True
+    if hit[1] is not None:
+        if hit[1](value):
+            if value_problem(value) is None:
+                return True
+        elif type(value) in _SCALARS:  # exact on JSON scalars too: no jsonschema run to say no again
+            return False
     return is_valid(value, schema)
 
 _FIRST = ["Ada", "Alan", "Grace", "Linus", "Barbara", "Ken", "Margaret", "Dennis", "Frances", "Edsger",
