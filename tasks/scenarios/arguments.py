@@ -97,7 +97,8 @@ class StateView:
         self.snake_columns: dict[str, str] = {}  # snake_case of a column -> the column
         self.nested: dict[str, list[Any]] = {}  # key inside json column values -> values
         self.name_words: dict[str, list[str]] = {}  # table -> words of its name/title columns
-        self._memo: dict[tuple[str, str, str], list[Any]] = {}
+        self._memo: dict[tuple[str, str], tuple[Any, list[Any], str]] = {}  # grounded(): (schema, values, its JSON)
+        self._table_columns: dict[str, set[str]] = {}
         # the table a tool is about, when its synthesizer says (DomainSpec.report["plans"]): a search's
         # filters then come from one row of the table it searches, so the search finds that row
         plans = (spec.report or {}).get("plans") or {}
@@ -129,6 +130,13 @@ class StateView:
                     words.extend(w for v in values for w in str(v).split() if len(w) > 2)
         self.name_words = {t: sorted(set(w)) for t, w in self.name_words.items()}
 
+    def _snake_columns(self, table: str) -> set[str]:
+        """snake_case of the table's columns (of its first row: all its rows have the same)."""
+        cols = self._table_columns.get(table)
+        if cols is None:
+            cols = self._table_columns[table] = {snake(c) for c in self.rows[table][0]}
+        return cols
+
     def column(self, param: str) -> str | None:
         """The column a parameter names: itself, or a derived key (camelCase, role prefix, plural stem)."""
         for k in param_keys(param):
@@ -147,14 +155,19 @@ class StateView:
 
     def grounded(self, tool: ToolSpec, param: str, schema: dict[str, Any]) -> list[Any]:
         """Schema-valid database values for a parameter (memoized: the seed does not change)."""
-        key = (tool.name, param, json.dumps(schema, sort_keys=True))
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = [c for c in (coerce(v, schema) for v in self.values_for(param)) if valid(c, schema)]
-            if not hit and "string" in _types(schema) and not schema.get("enum") and not schema.get("format") \
-                    and any(w in param.lower() for w in _SEARCH_WORDS):
-                hit = [w for w in self.words_for(tool) if valid(w, schema)]
-            self._memo[key] = hit
+        key = (tool.name, param)
+        memo = self._memo.get(key)
+        if memo is not None and memo[0] is schema:  # the same schema object: no need to serialize it
+            return memo[1]
+        text = json.dumps(schema, sort_keys=True)
+        if memo is not None and memo[2] == text:
+            self._memo[key] = (schema, memo[1], text)
+            return memo[1]
+        hit = [c for c in (coerce(v, schema) for v in self.values_for(param)) if valid(c, schema)]
+        if not hit and "string" in _types(schema) and not schema.get("enum") and not schema.get("format") \
+                and any(w in param.lower() for w in _SEARCH_WORDS):
+            hit = [w for w in self.words_for(tool) if valid(w, schema)]
+        self._memo[key] = (schema, hit, text)  # keeps the schema alive: its identity stays its own
         return hit
 
     def words_for(self, tool: ToolSpec) -> list[str]:
@@ -177,7 +190,7 @@ class StateView:
         for table, trows in sorted(self.rows.items()):
             if not trows:
                 continue
-            cols = {snake(c) for c in trows[0]}
+            cols = self._snake_columns(table)
             score = 0.0
             for p in params:
                 keys = param_keys(p)
@@ -199,7 +212,8 @@ class StateView:
                 return None, {}, not chained
             best = (0.0, max(named, key=len))
         trows = self.rows[best[1]]
-        agree = [r for r in trows if all(_same(r.get(c), v) for c, v in _row_columns(r, chained).items())]
+        wanted = _row_columns(trows[0], chained).items()  # a table's rows share their columns (read_seed)
+        agree = [r for r in trows if all(_same(r.get(c), v) for c, v in wanted)]
         legal = [r for r in (agree or trows) if all(r.get(c) in ok for c, ok in self.states.get(tool.name, {}).items())]
         return best[1], rng.choice(legal or agree or trows), bool(agree)
 

@@ -15,6 +15,7 @@ from agentscaler.schemas import errors
 from envs.spec import DomainSpec
 from tasks.scenarios.arguments import StateView, ground_arguments
 from tasks.scenarios.config import ScenarioParams
+from tasks.scenarios.values import valid
 
 
 class Dropped(Exception):
@@ -95,7 +96,8 @@ def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView,
             if i and not _chained(args, sources, given):
                 unchained += 1
                 continue
-            errs = errors(args, tool.parameters or {"type": "object"})
+            schema = tool.parameters or {"type": "object"}
+            errs = [] if valid(args, schema) else errors(args, schema)  # the fast exact check first
             if errs:
                 counts["invalid_arguments"] += 1
                 last_error = "; ".join(errs)
