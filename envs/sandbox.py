@@ -757,7 +757,10 @@ class Launcher:
     WorkerProcess started on one of them while this is the current launcher (`shared_launcher`) is a
     zygote forked by envs.launcher instead of a sandbox of its own. Not thread-safe."""
 
-    def __init__(self, roots: list[Path], scratch_mb: int = 128):
+    def __init__(self, roots: list[Path], scratch_mb: int = 32):
+        # scratch_mb: the one scratch tmpfs, shared by the workers it hosts (each writes only to a
+        # folder of its own): at most a worker's own (WorkerProcess's default), so that a hosted
+        # worker's memory stays within its budget (RLIMIT_AS is the budget less a worker's scratch)
         self.roots = [Path(r).resolve() for r in roots]
         self.scratch_mb = scratch_mb
         self.proc: subprocess.Popen | None = None
