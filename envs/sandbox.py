@@ -32,7 +32,9 @@ has Landlock ABI 6+, the workers a process opens one after another for domains u
 are forks of one launcher already inside a bubblewrap with its imports done, instead of a bubblewrap
 and an interpreter each; the layers above are the same, Landlock then also keeping each domain to
 its own files, scratch folder and processes. Such a worker does not busy-wait unless given spin_us
-(its caller computes between calls). AGENTSCALER_SHARED_SANDBOX=0 turns it off.
+(its caller computes between calls) and forks each child when asked, none ahead (a build process
+keeps both CPUs busy: a child forked ahead saves it no wall time, and each domain's last would never
+run). AGENTSCALER_SHARED_SANDBOX=0 turns it off.
 
 Transport: caller and worker each busy-wait up to `spin_us` (default 200 us) for the other's next
 message before sleeping on the pipe. On these VMs a sleeping process takes 25-75 us to wake, more
@@ -366,7 +368,8 @@ class WorkerProcess:
                     # a process opening domain after domain computes between calls: on a CPU-bound
                     # machine a busy-waiting worker only takes the CPU from the build's other processes
                     self.spin_ns = 0
-                argv = ["--domain", dom, *self._worker_args(LAUNCHER_LIB, _pyseccomp_path())]
+                # no child forked ahead either: a build's last spare of each domain would never run
+                argv = ["--domain", dom, "--ahead", "0", *self._worker_args(LAUNCHER_LIB, _pyseccomp_path())]
                 self.proc = launcher.open(argv, theirs.fileno())
             else:
                 self._launcher = None

@@ -717,10 +717,13 @@ def _status(st: int) -> dict[str, int]:
 
 
 class Zygote:
-    """Forks the children; never runs tool code. One child is active, one spare is forked ahead."""
+    """Forks the children; never runs tool code. One child is active, one spare is forked ahead
+    (unless `ahead` is off: then each is forked when asked for)."""
 
-    def __init__(self, worker: Worker, ctl: socket.socket, scratch_writable: bool, scratch: str, use_seccomp: bool):
+    def __init__(self, worker: Worker, ctl: socket.socket, scratch_writable: bool, scratch: str, use_seccomp: bool,
+                 ahead: bool = True):
         self.worker = worker
+        self.ahead = ahead  # fork the next spare as soon as one is handed out (off the caller's path)
         self.ctl = ctl
         self.scratch_writable = scratch_writable
         self.scratch = scratch
@@ -858,7 +861,7 @@ class Zygote:
                 self.ctl.sendall(frame)
             for fd in fds:
                 os.close(fd)
-            if fds:
+            if fds and self.ahead:
                 self.spare = self.fork_child()  # forked ahead, off the caller's critical path
 
     def shutdown(self) -> None:
@@ -917,6 +920,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--parent-pid", type=int, default=0)
     ap.add_argument("--libraries", default="{}")
     ap.add_argument("--cpu", type=int, default=None)
+    ap.add_argument("--ahead", type=int, default=1, help="0: fork each child when asked, none ahead")
     a = ap.parse_args(argv)
     if a.cpu is not None:  # before any fork: the children run there too (envs.sandbox: cpu)
         os.sched_setaffinity(0, {a.cpu})
@@ -960,7 +964,7 @@ def main(argv: list[str] | None = None) -> None:
     # From here on nothing reaches the parent except over the private socket and pipes.
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    z = Zygote(w, ctl, bool(a.scratch_writable), a.scratch, bool(layers["seccomp"]))
+    z = Zygote(w, ctl, bool(a.scratch_writable), a.scratch, bool(layers["seccomp"]), bool(a.ahead))
     try:
         z.spare = z.fork_child(first=True)
         report = z.wait_ready(z.spare) or {}
