@@ -360,19 +360,23 @@ class WorkerProcess:
                 raise SandboxError(f"{self.domain_dir}: {spec.get(key, default)} is missing")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         launcher = _LAUNCHER if self.use_bwrap and self.landlock else None
-        dom = launcher.inside(self.domain_dir) if launcher is not None else None
+        dom = launcher.inside(self.domain_dir) if launcher is not None and launcher.failed is None else None
+        self._launcher = None
         try:
             if launcher is not None and dom is not None:  # a fork of the shared launcher's interpreter
-                self._launcher = launcher
+                spin_ns = self.spin_ns
                 if not self._spin_given:
                     # a process opening domain after domain computes between calls: on a CPU-bound
                     # machine a busy-waiting worker only takes the CPU from the build's other processes
                     self.spin_ns = 0
                 # no child forked ahead either: a build's last spare of each domain would never run
                 argv = ["--domain", dom, "--ahead", "0", *self._worker_args(LAUNCHER_LIB, _pyseccomp_path())]
-                self.proc = launcher.open(argv, theirs.fileno())
-            else:
-                self._launcher = None
+                try:
+                    self.proc = launcher.open(argv, theirs.fileno())
+                    self._launcher = launcher
+                except SandboxError as exc:  # no shared launcher here after all: a sandbox of its own
+                    launcher.failed, self.spin_ns = str(exc), spin_ns
+            if self._launcher is None:
                 _sweep_orphan_scratch()
                 self._scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
                 self._log = tempfile.TemporaryFile(prefix="agentscaler-worker-log-")
@@ -770,6 +774,7 @@ class Launcher:
         self._ctl: socket.socket | None = None
         self._log: Any = None
         self.opened = 0
+        self.failed: str | None = None  # why it could not start or answer: workers then get sandboxes of their own
 
     @staticmethod
     def available() -> bool:

@@ -166,3 +166,23 @@ def test_switched_off_by_environment(monkeypatch, tmp_path):
     assert not sandbox.Launcher.available()
     with sandbox.shared_launcher([tmp_path]) as launcher:
         assert launcher is None
+
+
+def test_a_launcher_that_cannot_start_leaves_each_worker_its_own_sandbox(monkeypatch, tmp_path):
+    """Our fallback logic: Launcher.start is made to fail (a stand-in for a kernel or bubblewrap that
+    refuses the shared sandbox); the worker still starts, in a sandbox of its own, with every layer."""
+    if not sandbox.Launcher.available():
+        pytest.skip("no shared launcher here")
+
+    def refuse(self):
+        raise sandbox.SandboxError("the shared sandbox launcher failed to start: refused (test)")
+
+    monkeypatch.setattr(sandbox.Launcher, "start", refuse)
+    a = build_shop(tmp_path / "a")
+    with sandbox.shared_launcher([tmp_path]) as launcher:
+        env = Environment.open(a)
+        assert not isinstance(env.worker.proc, sandbox.Hosted) and "refused (test)" in launcher.failed
+        assert all(env.isolation[k] for k in sandbox.REQUIRED_LAYERS), env.isolation
+        env.reset()
+        _works(env)
+        env.close()
