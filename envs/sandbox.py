@@ -230,6 +230,28 @@ def _root_binds() -> list[str]:
     return args
 
 
+def _bwrap_command(scratch: str, seccomp_py: Path | None, lib: str) -> list[str]:
+    """bubblewrap's namespaces, clean environment, read-only system folders and the worker library
+    (at `lib`): the start of every sandbox's command line (a domain's own, the shared launcher's)."""
+    cmd = [shutil.which("bwrap"), "--unshare-user", "--uid", "65534", "--gid", "65534", "--unshare-net",
+           "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+           "--new-session", "--hostname", "sandbox", "--clearenv"]
+    for k, v in worker_env(scratch).items():
+        cmd += ["--setenv", k, v]
+    return cmd + [*_root_binds(), "--ro-bind", str(worker_lib(seccomp_py)), lib]
+
+
+def log_tail(log: Any) -> str:
+    """The last 3,000 bytes of a sandbox's log file (stdout and stderr until its confinement), or ""."""
+    if log is None:
+        return ""
+    try:
+        log.seek(0)
+        return log.read()[-3000:].decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return ""
+
+
 def default_spin_us() -> int:
     """How long each side busy-waits for the other before sleeping (AGENTSCALER_SPIN_US; default
     200 us, 0 on a single CPU where spinning only delays the other side)."""
@@ -324,12 +346,7 @@ class WorkerProcess:
         if not self.use_bwrap:
             return worker
         d = self.domain_dir
-        cmd = [shutil.which("bwrap"), "--unshare-user", "--uid", "65534", "--gid", "65534", "--unshare-net",
-               "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-               "--new-session", "--hostname", "sandbox", "--clearenv"]
-        for k, v in worker_env(scr).items():
-            cmd += ["--setenv", k, v]
-        cmd += [*_root_binds(), "--ro-bind", str(worker_lib(seccomp_py)), lib]
+        cmd = _bwrap_command(scr, seccomp_py, lib)
         for key, default in (("code_path", "tools.py"), ("seed_path", "seed.sqlite")):
             rel = spec.get(key, default)
             src = d / rel
@@ -419,15 +436,7 @@ class WorkerProcess:
         return self.isolation
 
     def _read_log(self) -> str:
-        if self._launcher is not None:
-            return self._launcher.read_log()
-        if self._log is None:
-            return ""
-        try:
-            self._log.seek(0)
-            return self._log.read()[-3000:].decode("utf-8", "replace")
-        except (OSError, ValueError):
-            return ""
+        return log_tail(self._launcher._log if self._launcher is not None else self._log)
 
     def _close_child(self) -> None:
         for fd in (self._rfd, self._wfd):
@@ -801,12 +810,7 @@ class Launcher:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         scr = "/scratch"
         boot = f"import sys; sys.path[:0] = [{LAUNCHER_LIB!r}]; from envs.launcher import main; main()"
-        cmd = [shutil.which("bwrap"), "--unshare-user", "--uid", "65534", "--gid", "65534", "--unshare-net",
-               "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-               "--new-session", "--hostname", "sandbox", "--clearenv"]
-        for k, v in worker_env(scr).items():
-            cmd += ["--setenv", k, v]
-        cmd += [*_root_binds(), "--ro-bind", str(worker_lib(seccomp_py)), LAUNCHER_LIB]
+        cmd = _bwrap_command(scr, seccomp_py, LAUNCHER_LIB)
         for i, r in enumerate(self.roots):
             cmd += ["--ro-bind", str(r), f"/domains/{i}"]
         cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(self.scratch_mb << 20), "--tmpfs", scr,
@@ -827,7 +831,7 @@ class Launcher:
         except (OSError, ValueError) as exc:
             hello = {"error": str(exc)}
         if not isinstance(hello, dict) or hello.get("ok") is not True:
-            log = self.read_log()
+            log = log_tail(self._log)
             self.close()
             raise SandboxError(f"the shared sandbox launcher failed to start: {hello}\n{log}")
 
@@ -852,15 +856,6 @@ class Launcher:
             self.opened += 1
             return Hosted(fds[0])
         raise SandboxError("the shared sandbox launcher did not answer")
-
-    def read_log(self) -> str:
-        if self._log is None:
-            return ""
-        try:
-            self._log.seek(0)
-            return self._log.read()[-3000:].decode("utf-8", "replace")
-        except (OSError, ValueError):
-            return ""
 
     def close(self) -> None:
         if self._ctl is not None:
