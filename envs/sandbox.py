@@ -71,6 +71,7 @@ import orjson
 
 from agentscaler.settings import cache_root
 from envs.pipe import HEADER, NO_NONCE, OK_BODY, spin_readinto
+from envs.worker import landlock_abi
 
 REPO = Path(__file__).resolve().parent.parent
 REQUIRED_LAYERS = ("uid", "network", "filesystem", "seccomp", "rlimits", "environment")
@@ -790,10 +791,7 @@ class Launcher:
         """bubblewrap works, pyseccomp imports and the kernel's Landlock is ABI 6+ (AGENTSCALER_SHARED_SANDBOX=0: off)."""
         if os.environ.get("AGENTSCALER_SHARED_SANDBOX", "1").strip() in ("0", "false", "no"):
             return False
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        abi = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
-        return abi >= LAUNCHER_MIN_ABI and bwrap_works() and _pyseccomp_path() is not None
+        return landlock_abi() >= LAUNCHER_MIN_ABI and bwrap_works() and _pyseccomp_path() is not None
 
     def inside(self, domain_dir: Path) -> str | None:
         """Where domain_dir is in the launcher's view (root i is bound at /domains/i), or None."""
