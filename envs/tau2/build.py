@@ -195,10 +195,12 @@ def tau2_tool_specs(name: str) -> list[ToolSpec]:
 
 
 # --------------------------------------------------------------------------------- build
-# A lookup retail_tools.py makes by another column than a key (tau2 scans its users for it).
-# Only innocuous functions: state oracles read images with trusted_schema off, where an index on
-# json_extract() makes the schema 'malformed' (so find_user_id_by_name_zip still scans).
-INDEXES = {"retail": ("CREATE INDEX users_email ON users (lower(email))",)}
+# Lookups the tools make by another column than a key (tau2 scans its dicts for them): retail's
+# users by email, airline's flights by route (every search_direct_flight, and search_onestop_flight's
+# first and second legs). Only innocuous functions: state oracles read images with trusted_schema off,
+# where an index on json_extract() makes the schema 'malformed' (so find_user_id_by_name_zip scans).
+INDEXES = {"retail": ("CREATE INDEX users_email ON users (lower(email))",),
+           "airline": ("CREATE INDEX flights_route ON flights (origin, destination)",)}
 
 
 def build_tau2_domain(name: str, dest_dir: Path) -> DomainSpec:

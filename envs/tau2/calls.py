@@ -148,6 +148,7 @@ def error_calls(domain: str, db: dict[str, Any], seed: int = 0) -> list[Call]:
         delivered = rng.choice(sorted(by_status["delivered"]))
         pending = rng.choice(sorted(by_status["pending"]))
         processed = rng.choice(sorted(by_status.get("processed", by_status["delivered"])))
+        first = db["users"][min(db["users"])]
         item0 = db["orders"][delivered]["items"][0]["item_id"]
         calls += [
             c("get_order_details", order_id="#W0000000"),
@@ -156,6 +157,12 @@ def error_calls(domain: str, db: dict[str, Any], seed: int = 0) -> list[Call]:
             c("get_user_details", user_id="nobody_000"),
             c("find_user_id_by_email", email="nobody@example.com"),
             c("find_user_id_by_name_zip", first_name="No", last_name="Body", zip="00000"),
+            # a real user's name with part of the zip (the address text holds it, the zip is not it)
+            # and with a LIKE wildcard for a zip (matches any address text if taken as a pattern)
+            c("find_user_id_by_name_zip", first_name=first["name"]["first_name"],
+              last_name=first["name"]["last_name"], zip=first["address"]["zip"][:3]),
+            c("find_user_id_by_name_zip", first_name=first["name"]["first_name"],
+              last_name=first["name"]["last_name"], zip="%"),
             c("cancel_pending_order", order_id=delivered, reason="no longer needed"),
             c("cancel_pending_order", order_id=pending, reason="too expensive"),
             c("modify_pending_order_address", order_id=delivered, address1="1 A St", address2="", city="X",
