@@ -127,6 +127,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, dest="torch_threads", help="training threads")
     ap.add_argument("--server-threads", type=int, default=None, help="each model server's threads (default 1)")
     ap.add_argument("--server-replicas", type=int, default=None, help="model servers per evaluation (default 2)")
+    ap.add_argument("--scaling-conversations", type=int, default=None, help="equal data: every curve point trains on "
+                    "this many conversations drawn evenly over its domains (default: all of its domains' rows)")
     ap.add_argument("--no-base", action="store_false", default=None, dest="scaling_base",
                     help="scaling curve without the base model's point (e.g. a depth point beside a curve that has it)")
     ap.add_argument("--name", default=None, help="results file stem (default: scaling, or closed_loop)")

@@ -134,6 +134,9 @@ class ClosedLoopConfig(BaseModel):
     scaling_steps: int | None = None  # default: the steps the budgeted main run made
     scaling_k: int = 1
     scaling_base: bool = True  # False: no base point (a depth point beside a curve that has one; same eval set)
+    # Equal data: each point trains on this many conversations, drawn evenly over its domains
+    # (tasks.sft.export.even_draw), so points differ in domains, not in data; None: all their rows.
+    scaling_conversations: int | None = Field(default=None, ge=1)
 
 
 # --- 1-3. workspace, evaluation set, data ---------------------------------------------------------
@@ -303,15 +306,18 @@ def stage_config(cfg: ClosedLoopConfig, base: Path, dataset_dir: Path, output_di
 
 
 def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: list[str] | None,
-                     max_steps: int | None, log: Any = print, reuse: tuple[str, ...] = ()) -> dict[str, Any]:
+                     max_steps: int | None, log: Any = print, reuse: tuple[str, ...] = (),
+                     max_train_conversations: int | None = None) -> dict[str, Any]:
     """Export the data of `domains` (None: all) in sessions and train one checkpoint; skipped when a run
     with the same data and config finished before, or when one of the runs named in `reuse` (closed_loop/
-    <name>) trained on the same rows for `max_steps` steps. Returns {export, train, key} (+ reused_from)."""
+    <name>) trained on the same rows for `max_steps` steps. Returns {export, train, key} (+ reused_from).
+    max_train_conversations: the train split cut to that many conversations, drawn evenly over the domains."""
     base = ws.root / "closed_loop" / name
     runs = [GOLD_RUN, *cfg.experience_runs]
     check_contamination(ws)  # cached by content; the export refuses scenarios never screened
     export = export_sft(ws, stages=(1,), run_ids=runs, max_length=cfg.max_length, target_domains=[],
-                        domains=domains, session_length=cfg.session_length, out_dir=base / "sft")
+                        domains=domains, session_length=cfg.session_length, out_dir=base / "sft",
+                        max_train_conversations=max_train_conversations)
     if not export["stages"]["stage1"]["rows"]["train"]:
         raise ValueError(f"{name}: no training rows (export report {base / 'sft' / 'report.json'}: dropped "
                          f"{export.get('dropped')})")
@@ -359,6 +365,7 @@ def _export_brief(export: dict[str, Any]) -> dict[str, Any]:
     return {"rows": st["rows"], "rows_by_origin": st.get("rows_by_origin"), "tokens": st["tokens"],
             "conversations_by_origin": export.get("conversations_by_origin", {}).get("stage1"),
             "dropped": export.get("dropped"), "domains": len(export["domains"]) if export.get("domains") else "all",
+            "capped": export.get("capped", {}).get("stage1"),
             "session_length": export.get("session_length")}
 
 
@@ -572,7 +579,13 @@ def scaling_curve(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any =
             log(f"[closed-loop] scaling point {label}: only {len(order)} train domains, skipped")
             continue
         subset = order[:n]
-        run = export_and_train(ws, cfg, f"scaling-{n}", subset, steps, log, reuse=("main",) if n == len(order) else ())
+        equal = cfg.scaling_conversations
+        run = export_and_train(ws, cfg, f"scaling-{n}" + (f"-c{equal}" if equal else ""), subset, steps, log,
+                               reuse=("main",) if n == len(order) else (), max_train_conversations=equal)
+        got = sum((run["export"].get("conversations_by_origin") or {}).get("train", {}).values())
+        if equal and got < equal:
+            log(f"[closed-loop] scaling point {label}: {got} train conversations, fewer than the {equal} asked "
+                "(its domains hold no more): this point has less data than the others")
         name = f"{cfg.base_model}-sft-{run['key'][:8]}"
         rep = evaluate_model(ws, cfg, Path(run["train"]["final_dir"]), name, cfg.scaling_k, log=log)["heldout"]
         points.append({"domains": n, "label": label if label != "all" else f"all ({n})",

@@ -477,7 +477,11 @@ def scaling_markdown(out: dict[str, Any]) -> str:
               f"evaluation set, after SFT on the first N train domains (a fixed hash order: each set contains the "
               f"smaller ones), {out['steps']} optimizer steps each (batch {cfg['batch_size']} x {cfg['grad_accum']}), "
               f"the same learning rate, sessions and data recipe (gold replays of the domains' train scenarios"
-              f"{' + experience ' + str(cfg['experience_runs']) if cfg['experience_runs'] else ''})."), "",
+              f"{' + experience ' + str(cfg['experience_runs']) if cfg['experience_runs'] else ''})"
+              + (f"; equal data: each point's train split cut to {cfg['scaling_conversations']} conversations drawn "
+                 "evenly over its domains, so points differ in domains, not in how much data they train on."
+                 if cfg.get("scaling_conversations") else
+                 "; each point trains on all of its domains' rows (more domains, more data).")), "",
              "| train domains | conversations (train) | pass^1 | single-call | multi-call | right first tool | train loss (last) |",
              "|---|---|---|---|---|---|---|"]
     for p in out["points"]:

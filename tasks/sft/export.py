@@ -208,13 +208,15 @@ def join_sessions(rows: list[dict], tokenizer: Any, session_length: int) -> list
 def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_LENGTH,
                target_domains: list[str] | None = None, eval_fraction: float = DEFAULT_EVAL_FRACTION,
                exclude_scenarios: dict[str, str] | None = None, domains: list[str] | None = None,
-               session_length: int | None = None,
+               session_length: int | None = None, max_train_conversations: int | None = None,
                ) -> tuple[dict[int, dict[str, list[dict]]], dict[str, Any]]:
     """Read trajectory files and return ({stage: {"train": rows, "eval": rows}}, report).
 
     `exclude_scenarios`: scenario id -> reason (held-out split, contamination flag); such
     trajectories are kept out of training and counted under that reason. `domains`: only these
-    (others are counted as `outside_domains`, not as dropped). `session_length`: join_sessions."""
+    (others are counted as `outside_domains`, not as dropped). `session_length`: join_sessions.
+    `max_train_conversations`: each stage's train split cut to that many, drawn evenly over its
+    domains (even_draw; the eval split is kept whole)."""
     keep_domains = set(domains) if domains is not None else None
     outside = 0
     dropped: Counter[str] = Counter()
@@ -284,6 +286,14 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
             ev = [r for r in rows if r["scenario_id"] == first]
         ev_ids = {r["id"] for r in ev}
         splits[stage] = {"train": [r for r in rows if r["id"] not in ev_ids], "eval": ev}
+    capped = {}
+    if max_train_conversations is not None:
+        for stage, sp in splits.items():
+            before = sp["train"]
+            sp["train"] = even_draw(before, max_train_conversations)
+            capped[f"stage{stage}"] = {"cap": max_train_conversations, "before": _by_origin(before),
+                                       "domains_before": len({r["domain"] for r in before}),
+                                       "domains_after": len({r["domain"] for r in sp["train"]})}
     conversations = {f"stage{s}": {k: _by_origin(v) for k, v in sp.items()} for s, sp in splits.items()}
     if session_length:
         splits = {s: {k: join_sessions(v, tokenizer, session_length) for k, v in sp.items()}
@@ -292,11 +302,31 @@ def build_rows(files: list[Path], tokenizer: Any, max_length: int = DEFAULT_MAX_
               "kept": {f"stage{s}": {k: len(v) for k, v in sp.items()} for s, sp in splits.items()},
               "conversations_by_origin": conversations, "session_length": session_length,
               "outside_domains": outside, "domains": sorted(keep_domains) if keep_domains is not None else None,
+              "capped": capped,
               "kept_by_origin": {f"stage{s}": dict(Counter(r["origin"] for v in sp.values() for r in v))
                                  for s, sp in splits.items()},
               "by_origin": {o: dict(sorted(c.items())) for o, c in by_origin.items()},
               "dropped": dict(sorted(dropped.items())), "errors": errors, "max_length": max_length}
     return splits, report
+
+
+def even_draw(rows: list[dict], n: int) -> list[dict]:
+    """At most n rows, drawn round-robin over their domains (each domain's rows in a fixed order by a
+    hash of the row id), in id order. Why: the points of an environment-scaling curve (nested domain
+    sets) then train on as many conversations each and differ in how many domains those span, not in
+    how much data there is (with the same steps, a few domains' rows are otherwise seen for more epochs)."""
+    if n < 0:
+        raise ValueError(f"max_train_conversations must be >= 0, got {n}")
+    by: dict[str, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: content_hash({"even_draw": r["id"]}, 12)):
+        by.setdefault(r["domain"], []).append(r)
+    queues = [by[d] for d in sorted(by, key=lambda d: content_hash({"even_draw_domain": d}, 12))]
+    out: list[dict] = []
+    for i in range(max((len(q) for q in queues), default=0)):
+        out += [q[i] for q in queues if i < len(q)][:n - len(out)]
+        if len(out) >= n:
+            break
+    return sorted(out, key=lambda r: r["id"])
 
 
 def _by_origin(rows: list[dict]) -> dict[str, int]:
@@ -380,7 +410,8 @@ def export_sft(ws: Workspace, tokenizer: Any | None = None, stages: tuple[int, .
                run_ids: list[str] | None = None, max_length: int | None = None,
                target_domains: list[str] | None = None, eval_fraction: float = DEFAULT_EVAL_FRACTION,
                tokenizer_loader: Callable[[], Any] | None = None, domains: list[str] | None = None,
-               session_length: int | None = None, out_dir: Path | None = None) -> dict[str, Any]:
+               session_length: int | None = None, out_dir: Path | None = None,
+               max_train_conversations: int | None = None) -> dict[str, Any]:
     """Export verified trajectories of `ws` to `<ws>/sft/stage{n}/` (or `<out_dir>/stage{n}/`);
     returns the counts report.
 
@@ -400,7 +431,8 @@ def export_sft(ws: Workspace, tokenizer: Any | None = None, stages: tuple[int, .
     splits, report = build_rows(trajectory_files(ws, run_ids), tokenizer, max_length=max_length,
                                 target_domains=target_domains, eval_fraction=eval_fraction,
                                 exclude_scenarios=excluded_scenarios(ws), domains=domains,
-                                session_length=min(session_length, max_length) if session_length else None)
+                                session_length=min(session_length, max_length) if session_length else None,
+                                max_train_conversations=max_train_conversations)
     result = {**report, "stages": {}}
     written = {s: write_stage(base / f"stage{s}", splits[s], report) for s in stages}
     for s, res in written.items():  # after every stage is on disk: the cards' funnel counts them all

@@ -152,6 +152,12 @@ def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     assert stepped["train"]["final_dir"] == point["train"]["final_dir"] != out["train"]["final_dir"]
     assert stepped["trained"]["heldout"]["model"] == point["model"]  # the same checkpoint, now at k = 2
     assert f"stopped by max_steps ({steps} steps planned)" in (ws.reports_dir / "closed_loop.md").read_text()
+    # equal data: the point's train split cut to one conversation, its own checkpoint (other rows than main's)
+    equal = scaling_curve(ws, cfg.model_copy(update={"scaling_points": ["all"], "scaling_base": False, "scaling_steps": 1,
+                                                     "scaling_conversations": 1}), log=lambda *_: None)["points"][0]
+    assert equal["export"]["capped"]["cap"] == 1 and sum(equal["export"]["conversations_by_origin"]["train"].values()) == 1
+    assert equal["checkpoint"] == "own" and (ws.root / "closed_loop" / "scaling-1-c1" / "model" / "result.json").exists()
+    assert "equal data: each point's train split cut to 1 conversations" in (ws.reports_dir / "scaling.md").read_text()
 
 
 def test_progress_reads_a_running_training_log(tmp_path):

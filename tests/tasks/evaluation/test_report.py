@@ -169,3 +169,6 @@ def test_scaling_report_of_a_partial_curve_names_the_missing_points(tmp_path):
     assert "| 8 | 0 | 5.0 [1.0, 10.0] |" in md and "Not measured: 32, 128 train domains" in md
     assert ("Point all (160): the checkpoint of the main run of that time (smollm2-135m-sft-c4161fd4)" in md
             and "ran on the clock" in md and (tmp_path / "scaling.png").stat().st_size > 1000)
+    assert "more domains, more data" in md and "equal data" not in md
+    out["config"]["scaling_conversations"] = 600
+    assert "equal data: each point's train split cut to 600 conversations" in scaling_markdown(out)

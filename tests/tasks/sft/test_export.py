@@ -187,3 +187,36 @@ def test_every_row_carries_its_origin(exported):
     c = funnel(ws)
     assert c["sft_rows"] == c["sft_rows_agent"] + c["sft_rows_gold_replay"] and c["sft_rows_gold_replay"] == 4
     assert c["trajectories_gold_replay"] == 4 and c["trajectories_agent"] == c["trajectories"] - 4
+
+
+def test_even_draw_takes_domains_in_turn():
+    """Equal data for the scaling curve: the cut takes one row of each domain in turn, in a fixed order."""
+    from tasks.sft.export import even_draw
+
+    rows = [{"id": f"{d}-{i:02d}", "domain": d} for d, n in (("a", 30), ("b", 5), ("c", 12)) for i in range(n)]
+    got = even_draw(rows, 21)
+    per = {d: sum(r["domain"] == d for r in got) for d in "abc"}
+    assert len(got) == 21 and per["b"] == 5 and abs(per["a"] - per["c"]) <= 1, per  # b runs out, a and c share the rest
+    assert got == sorted(got, key=lambda r: r["id"]) and even_draw(list(reversed(rows)), 21) == got
+    assert sorted(r["domain"] for r in even_draw(rows, 3)) == ["a", "b", "c"]  # one of each before any second
+    assert len(even_draw(rows, 1000)) == len(rows) and even_draw(rows, 0) == []
+    with pytest.raises(ValueError):
+        even_draw(rows, -1)
+
+
+def test_capped_export_keeps_the_eval_split_and_counts_the_cut(tokenizer, tmp_path):
+    from tasks.evaluation.contamination import check_contamination
+    from tasks.sft.export import export_sft
+    from tests.sft_fixtures import write_rollouts
+
+    ws = Workspace(tmp_path / "ws")
+    write_rollouts(ws)
+    check_contamination(ws, sources=("tau2",))
+    full = export_sft(ws, tokenizer=tokenizer, max_length=1024, stages=(1,), out_dir=tmp_path / "full")
+    cut = export_sft(ws, tokenizer=tokenizer, max_length=1024, stages=(1,), out_dir=tmp_path / "cut",
+                     max_train_conversations=2)
+    assert full["kept"]["stage1"]["train"] > 2 and cut["kept"]["stage1"]["train"] == 2
+    assert cut["kept"]["stage1"]["eval"] == full["kept"]["stage1"]["eval"]
+    assert cut["capped"]["stage1"]["before"] == full["conversations_by_origin"]["stage1"]["train"]
+    assert cut["capped"]["stage1"]["domains_after"] == min(2, cut["capped"]["stage1"]["domains_before"])
+    assert full["capped"] == {}
