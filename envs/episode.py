@@ -29,7 +29,7 @@ from agentscaler.workspace import atomic_write_json
 from envs import store
 from envs.fastcheck import flat_checker
 from envs.hosted import EpisodeSlot, HostedWorker, SlotLost
-from envs.sandbox import RequestTooLarge, SandboxError, WorkerCrashed, WorkerProcess
+from envs.sandbox import RequestTooLarge, SandboxError, WorkerCrashed, WorkerProcess, decode_reply
 from envs.spec import DomainSpec
 from envs.state import StateOracle
 
@@ -81,7 +81,7 @@ class ToolResult:
     @property
     def content(self) -> Any:
         if self._raw is not None:
-            self._content, self._raw = json.loads(self._raw), None
+            self._content, self._raw = decode_reply(self._raw), None
         return self._content
 
     def text(self) -> str:
