@@ -40,6 +40,7 @@ from envs.toolkit import DB, ToolError, guard_connection
 
 # Captured once: tool code rebinding json.loads / json.dumps does not reach the protocol.
 _scan = json.scanner.make_scanner(json.JSONDecoder())
+_json_loads = json.loads
 
 
 def _loads(data: bytes | str) -> Any:
@@ -51,7 +52,7 @@ def _loads(data: bytes | str) -> Any:
         obj, end = _scan(s, 0)
     except StopIteration:
         end = -1
-    return obj if end == len(s) else json.loads(s)
+    return obj if end == len(s) else _json_loads(s)
 
 
 def _encoder(item_sep: str, key_sep: str) -> Any:
