@@ -59,6 +59,8 @@ from results_io import export_tree, short_sha, tree_cpu_s  # noqa: E402
 
 GOLD_RUN = "gold-replay"
 QUICK_DOMAINS = 40
+# Judged against the open aim; issue 24's earlier >= 2,000/s is named for reading the value against.
+AIM, AIM_VALUE = ">= 5,000/s (issue 20 aim 4; issue 24 asked >= 2,000/s)", 5000
 ROUNDS = 2  # with --before: each code measured this many times, taking turns
 LAYERS = ["sandbox: bubblewrap (uid, network, filesystem, pid) + seccomp + rlimits + clean environment"
           " + landlock where the kernel has it", "every call replayed from the seed in the domain's sandbox",
@@ -354,8 +356,8 @@ def figures(rec, m: dict, label: str, anchor_m: dict | None, anchor_label: str) 
         return [ms["trajectories"] / s for s in ms[key]]
 
     a = anchor_m
-    add("replay verification, workers open (cold caches)", rate(m, "open_walls"), ">= 2,000/s (issue 24); "
-        ">= 5,000/s (issue 20 aim 4)", 2000, rate(a, "open_walls") if a else None)
+    add("replay verification, workers open (cold caches)", rate(m, "open_walls"), AIM, AIM_VALUE,
+        rate(a, "open_walls") if a else None)
     add("replay verification from nothing (opens every worker)", [n / s for s in m["nothing_s"]], None, None,
         [a["trajectories"] / s for s in a["nothing_s"]] if a else None)
     add("static checks alone (no replay)", rate(m, "static_s"), None, None, rate(a, "static_s") if a else None)
@@ -388,8 +390,7 @@ def figures(rec, m: dict, label: str, anchor_m: dict | None, anchor_label: str) 
     if m.get("sharded_walls"):
         k = m["shards"]
         add(f"replay verification, {k} verifier processes, workers open (main: its one process)",
-            [n / w for w in m["sharded_walls"]], ">= 2,000/s (issue 24); >= 5,000/s (issue 20 aim 4)", 2000,
-            rate(a, "open_walls") if a else None)
+            [n / w for w in m["sharded_walls"]], AIM, AIM_VALUE, rate(a, "open_walls") if a else None)
         add(f"replay verification from nothing, {k} verifier processes (main: its one process)",
             [n / w for w in m["sharded_nothing_s"]], None, None,
             [a["trajectories"] / s for s in a["nothing_s"]] if a else None)
