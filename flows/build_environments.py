@@ -22,7 +22,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -40,7 +40,7 @@ from flows.build_worker import RETRY_DELAYS_S, build_batch, build_one
 from flows.common import (batch_outcome, batches, cell, fail_unfinished, fan_out, failed_text, failure_lines,
                           publish_markdown, run_batch_deployments, run_record)
 from tasks.environments.rules import readable_name
-from tasks.environments.synthesize import domain_tools, load_domain_records
+from tasks.environments.synthesize import domain_tools, load_domain_records, tool_positions
 from tasks.evaluation.report import funnel, funnel_markdown
 
 # Domains built at once (each drives its own sandbox worker). Set per worker machine.
@@ -68,11 +68,11 @@ def build_domain_task(item: dict[str, Any], workspace: str, synth: str, seed: in
 
 
 @task(name="build-domains", tags=["synthesize", "scenarios"], cache_policy=NO_CACHE)
-def build_domains_task(domains: list[str], pool: ProcessPoolExecutor, workspace: str, synth: str, seed: int,
-                       per_domain: int, max_length: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """One batch of domains, built in a pool process (one Prefect task run per batch, not per domain);
-    the run's log gets a line per domain when the batch is back (the pool process has no Prefect)."""
-    results, failures = pool.submit(build_batch, workspace, domains, synth, seed, per_domain, max_length).result()
+def build_domains_task(domains: list[str], batch: Future) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """One batch of domains, built in a pool process (one Prefect task run per batch, not per domain):
+    waits for the batch, already queued on the pool, and gives the run's log a line per domain (the
+    pool process has no Prefect)."""
+    results, failures = batch.result()
     log = get_run_logger()
     for d in domains:
         if d in results:
@@ -84,29 +84,34 @@ def build_domains_task(domains: list[str], pool: ProcessPoolExecutor, workspace:
     return results, failures
 
 
-def _pooled(ws: Workspace, ids: list[str], processes: int, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _pooled(ws: Workspace, ids: list[str], processes: int, *, synth: str, seed: int, per_domain: int,
+            max_length: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The domains in batches on `processes` spawned processes (spawn: this process runs Prefect's threads)."""
     size = max(1, min(BATCH_SIZE, -(-len(ids) // (processes * 4))))  # >= 4 batches a process: balanced ends
     parts = batches(ids, size)
     results: dict[str, Any] = {}
     failures: dict[str, dict[str, Any]] = {}
-    # A runner of its own: the flow's (MAX_WORKERS threads) would leave processes beyond it idle.
+    # Every batch is queued on the pool at once, so a process never waits for a Prefect task run to
+    # start (its API round trips cost ~1-2 s per batch here); each batch's task run only waits for it
+    # and logs it. A runner of its own: the flow's (MAX_WORKERS threads) would leave processes idle.
     with progress.stage("build", total=len(ids), unit="domains") as bar, \
             ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn")) as pool, \
             ThreadPoolTaskRunner(max_workers=processes) as runner:
-        futures = []
-        for part in parts:
-            fut = runner.submit(build_domains_task, {"domains": part, "pool": pool, "workspace": str(ws.root), **kwargs})
-            fut.add_done_callback(lambda _f, n=len(part), k=part[-1]: bar.advance(n, note=k))
-            futures.append((part, fut))
-        for part, fut in futures:
-            state = fut.wait() or fut.state
-            try:
-                res, fails = fut.result(raise_on_failure=True)
+        jobs = [(part, pool.submit(build_batch, str(ws.root), part, synth, seed, per_domain, max_length))
+                for part in parts]
+        runs = []
+        for part, job in jobs:
+            job.add_done_callback(lambda _f, n=len(part), k=part[-1]: bar.advance(n, note=k))
+            runs.append(runner.submit(build_domains_task, {"domains": part, "batch": job}))
+        for (part, job), run in zip(jobs, runs):
+            state = run.wait() or run.state  # the batch's task run (its log lines) ends after the batch
+            try:  # the batch's outcome is the pool's, whatever became of its task run
+                res, fails = job.result()
                 results.update(res)
                 failures.update(fails)
             except BaseException as exc:  # noqa: BLE001 - a batch whose process died: its domains, by name
                 _lost(ws, part, failure(exc, stage="orchestration"), failures, state)
+                results.update((d, _built(ws, d)) for d in part if d not in failures)  # done before it died
     return results, failures
 
 
@@ -128,22 +133,36 @@ def _records(ws: Workspace, domains: list[str] | None, limit: int | None) -> lis
 
 
 def _items(ws: Workspace, domains: list[str] | None, limit: int | None) -> list[dict[str, Any]]:
-    """The domain records to build, each with its member tools (one task run per domain)."""
+    """The domain records to build, each with its member tools (found by id through one index of the
+    corpus: a scan per domain cost seconds at 10k tools, before any domain was built)."""
     records = _records(ws, domains, limit)
     tools = load_tools(ws.tools_path)
-    out = []
-    for r in records:
-        members = domain_tools(r, tools)
-        out.append({"record": r, "tools": [t.model_dump() for t in members],
-                    "name": readable_name(str(r.get("domain")), members)})
-    return out
+    where = tool_positions(tools)
+    return [{"record": r, "members": domain_tools(r, tools, where)} for r in records]
+
+
+def _task_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What one task run per domain takes (`build_domain_task`): its tools as dicts and the name a
+    person reads (the run's name), which costs a plan of its tools: only for builds of one task run
+    per domain, whose tables use it too (`_named`)."""
+    return [{"record": it["record"], "tools": [t.model_dump() for t in it["members"]],
+             "name": readable_name(str(it["record"].get("domain")), it["members"])} for it in items]
+
+
+def _named(item: dict[str, Any], results: dict[str, Any]) -> tuple[str, str, int]:
+    """A domain's (id, name, tools) in tables: the name its build gave it, else the one rule synthesis
+    would give (a `_task_items` item or an `_items` one)."""
+    d = str(item["record"].get("domain"))
+    if "name" in item:
+        return d, item["name"], len(item["tools"])
+    return d, (results.get(d) or {}).get("name") or readable_name(d, item["members"]), len(item["members"])
 
 
 def _built(ws: Workspace, domain: str) -> dict[str, Any]:
     """A built domain's figures, read back from the workspace (a batch ran in another process)."""
     spec = DomainSpec.model_validate_json((ws.domain_dir(domain) / "spec.json").read_text())
-    return {"domain": spec.id, "tools": len(spec.tools), "executes": spec.report.get("executes"),
-            "scenarios": len(load_scenarios(ws, domain)), "skipped": False}
+    return {"domain": spec.id, "name": f"{spec.name} {spec.id}", "tools": len(spec.tools),
+            "executes": spec.report.get("executes"), "scenarios": len(load_scenarios(ws, domain)), "skipped": False}
 
 
 @flow(name="build-batch", task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
@@ -151,7 +170,7 @@ def build_batch_flow(workspace: str, domains: list[str], synth: str = "rules", s
                      max_length: int = 4) -> dict[str, Any]:
     """One batch of domains: build_environments' batch run, taken by whichever worker is free."""
     ws = Workspace(workspace)
-    items = _items(ws, domains, None)
+    items = _task_items(_items(ws, domains, None))
     results, failures = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
                                 workspace=str(ws.root), synth=synth, seed=seed, per_domain=per_domain,
                                 max_length=max_length)
@@ -171,7 +190,7 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
     POOL_MIN_DOMAINS domains on; 0 = one thread-pool task per domain)."""
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
-    items = _items(ws, domains, limit)  # each record with its tools and the name a person reads
+    items = _items(ws, domains, limit)  # each record with its member tools
     records = [it["record"] for it in items]
     size = batch_size or BATCH_SIZE
     procs = (PROCESSES if len(records) >= POOL_MIN_DOMAINS else 0) if processes is None else processes
@@ -191,6 +210,7 @@ def build_environments_flow(workspace: str, synth: str = "rules", seed: int = 0,
             results, failures = _pooled(ws, [str(r.get("domain")) for r in records], procs, synth=synth, seed=seed,
                                         per_domain=per_domain, max_length=max_length)
         else:
+            items = _task_items(items)
             results, failures = fan_out(build_domain_task, items, key=lambda it: str(it["record"].get("domain")),
                                         label="build", workspace=str(ws.root), synth=synth, seed=seed,
                                         per_domain=per_domain, max_length=max_length)
@@ -217,17 +237,16 @@ def domain_table(items: list[dict[str, Any]], results: dict[str, Any], failures:
     exception, file:line, whose fault, message)."""
     rows = []
     for it in items:
-        d = str(it["record"].get("domain"))
+        d, name, n_tools = _named(it, results)
         r, f = results.get(d), failures.get(d)
         if f is not None:
             # the error's type only, linked to its full line below: the UI cut a wider table off
-            rows.append((0, f"| `{it['name']}` | {len(it['tools'])} | | | **failed**: "
-                            f"[{cell(f['type'], 40)}](#failed-{d}) |"))
+            rows.append((0, f"| `{name}` | {n_tools} | | | **failed**: [{cell(f['type'], 40)}](#failed-{d}) |"))
         elif r is not None:
-            rows.append((1, f"| `{it['name']}` | {r['tools']} | {r['executes'] if r['executes'] is not None else ''} | "
+            rows.append((1, f"| `{name}` | {r['tools']} | {r['executes'] if r['executes'] is not None else ''} | "
                             f"{r['scenarios']} | {'unchanged' if r.get('skipped') else 'built'} |"))
         else:
-            rows.append((0, f"| `{it['name']}` | {len(it['tools'])} | | | not built |"))
+            rows.append((0, f"| `{name}` | {n_tools} | | | not built |"))
     lines = ["| domain | tools | tools that execute | scenarios | status or error |", "|---|---|---|---|---|",
              *(row for _, row in sorted(rows, key=lambda x: x[0]))]
     if failures:

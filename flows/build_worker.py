@@ -16,7 +16,7 @@ from agentscaler.errors import failure, is_transient
 from agentscaler.models import Tool
 from agentscaler.workspace import Workspace
 from envs.sandbox import shared_launcher
-from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain
+from tasks.environments.synthesize import domain_tools, load_domain_records, synthesize_domain, tool_positions
 from tasks.environments.validate import environment_files
 from tasks.scenarios.build import build_scenarios
 
@@ -49,7 +49,7 @@ def build_one(ws: Workspace, record: dict[str, Any], tools: list[Tool], synth: s
     if log:
         log("scenarios %s: %d kept%s (%.1f s)", name, scen.get("kept", 0),
             ", unchanged" if scen.get("skipped") else "", time.perf_counter() - t0)
-    return {"domain": spec.id, "tools": len(spec.tools), "executes": spec.report.get("executes"),
+    return {"domain": spec.id, "name": name, "tools": len(spec.tools), "executes": spec.report.get("executes"),
             "scenarios": scen.get("kept", 0), "skipped": bool(scen.get("skipped"))}
 
 
@@ -60,14 +60,7 @@ def _corpus(workspace: str, stamp: tuple[int, int, int, int]) -> tuple[dict[str,
     per process (again only when graph/domains.json or corpus/tools.parquet changed: `stamp`)."""
     ws = Workspace(workspace)
     tools = load_tools(ws.tools_path)
-    return ({str(r.get("domain")): r for r in load_domain_records(ws)}, tools,
-            {t.id: i for i, t in enumerate(tools) if t.id})
-
-
-def _members(record: dict[str, Any], tools: list[Tool], where: dict[str, int]) -> list[Tool]:
-    """domain_tools(record, tools) by index (the same tools in corpus order) instead of a scan of the corpus."""
-    found = sorted({where[i] for i in record.get("tools") or [] if isinstance(i, str) and i in where})
-    return [tools[i] for i in found] if found else domain_tools(record, tools)
+    return {str(r.get("domain")): r for r in load_domain_records(ws)}, tools, tool_positions(tools)
 
 
 def build_batch(workspace: str, domains: list[str], synth: str, seed: int, per_domain: int,
@@ -87,7 +80,7 @@ def build_batch(workspace: str, domains: list[str], synth: str, seed: int, per_d
             record = records.get(d, {"domain": d})
             for attempt in range(len(RETRY_DELAYS_S) + 1):
                 try:
-                    results[d] = build_one(ws, record, _members(record, tools, where), synth, seed, per_domain,
+                    results[d] = build_one(ws, record, domain_tools(record, tools, where), synth, seed, per_domain,
                                            max_length)
                     failures.pop(d, None)
                     break

@@ -33,8 +33,19 @@ from tasks.environments.validate import validate_environment
 STAGE = "synthesize"
 
 
-def domain_tools(record: dict[str, Any], tools: list[Tool]) -> list[Tool]:
-    """The record's member tools, by id (names when ids do not match: fixtures, older graphs)."""
+def tool_positions(tools: list[Tool]) -> dict[str, int]:
+    """Each tool id's position in the corpus: `domain_tools` by index instead of a scan of the corpus
+    per domain (thousands of domains times tens of thousands of tools)."""
+    return {t.id: i for i, t in enumerate(tools) if t.id}
+
+
+def domain_tools(record: dict[str, Any], tools: list[Tool], where: dict[str, int] | None = None) -> list[Tool]:
+    """The record's member tools in corpus order, by id (names when ids do not match: fixtures, older
+    graphs); `where` = tool_positions(tools) finds the ids without a scan."""
+    if where is not None:
+        found = sorted({where[i] for i in record.get("tools") or [] if isinstance(i, str) and i in where})
+        if found:
+            return [tools[i] for i in found]
     ids = set(record.get("tools") or [])
     members = [t for t in tools if t.id and t.id in ids]
     if not members:

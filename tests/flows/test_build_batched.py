@@ -5,6 +5,7 @@ and the same failures. Real sandbox, real Prefect run, real processes."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 
 from agentscaler.artifacts import save_tools
@@ -105,3 +106,27 @@ def test_one_worker_per_domain_builds_what_two_workers_build(tmp_path, monkeypat
         build_scenarios(own, r["domain"], per_domain=4, max_length=4, seed=0)
     assert len(starts) == 6
     assert _artifacts(shared) == _artifacts(own)
+
+
+def _die(*_args):
+    """A pool process that dies mid-build (the OOM killer, a crash in C): runs in the spawned process."""
+    os._exit(3)
+
+
+def test_a_batch_whose_process_died_fails_its_unfinished_domains(tmp_path, prefect_harness, monkeypatch):
+    """Batches are queued on the pool before their task runs start; when the pool's processes die,
+    every domain not yet built fails as infrastructure's fault (recorded failed, never left running:
+    retry-failed finds it) and a domain built before counts as built. Real Prefect run, real processes."""
+    import flows.build_environments as be
+
+    ws = _workspace(tmp_path / "ws")
+    first = build_environments_flow(str(ws.root), per_domain=3, processes=0, domains=["dshop00000000"])
+    assert first["built"] == 1
+    monkeypatch.setattr(be, "build_batch", _die)
+    out = build_environments_flow(str(ws.root), per_domain=3, processes=2)
+    assert out["built"] == 1 and set(out["failures"]) == {"dshop00000001", "dshop00000002", "dbroken000000"}
+    assert {f["kind"] for f in out["failures"].values()} == {"infrastructure"}
+    assert all("BrokenProcessPool" in f["type"] or "BrokenProcessPool" in f["message"] for f in out["failures"].values())
+    catalog = Catalog(ws.catalog_path)
+    assert catalog.domain_summary()["counts"] == {"done": 1, "failed": 3}
+    assert {catalog.stage_status(d, "synthesize")["status"] for d in out["failures"]} == {"failed"}
