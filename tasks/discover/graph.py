@@ -101,7 +101,8 @@ def similarity_edges(vecs: np.ndarray, threshold: float, top_k: int = 15,
             sims[idx, start + idx] = -np.inf  # no self loops
             # the top_k among the pairs over the threshold (the top_k of the whole row that pass it):
             # a few candidates per row, instead of partitioning 30k columns per row (issue 20 aim 6)
-            r, c = np.nonzero(sims >= threshold)
+            # a flat scan and divmod: the same pairs in the same order as np.nonzero's two-axis scan, ~4x faster
+            r, c = np.divmod(np.flatnonzero(sims >= threshold), sims.shape[1])
             w = sims[r, c]
             order = np.lexsort((c, -w, r))  # by row, best first, ties by column
             r, c, w = r[order], c[order], w[order]
