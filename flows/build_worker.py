@@ -6,6 +6,7 @@ builds one domain per task with `build_one`.
 
 from __future__ import annotations
 
+import gc
 import time
 from contextlib import nullcontext
 from functools import lru_cache
@@ -60,7 +61,13 @@ def _corpus(workspace: str, stamp: tuple[int, int, int, int]) -> tuple[dict[str,
     per process (again only when graph/domains.json or corpus/tools.parquet changed: `stamp`)."""
     ws = Workspace(workspace)
     tools = load_tools(ws.tools_path)
-    return {str(r.get("domain")): r for r in load_domain_records(ws)}, tools, tool_positions(tools)
+    out = {str(r.get("domain")): r for r in load_domain_records(ws)}, tools, tool_positions(tools)
+    # The corpus lives as long as the process: out of the cyclic GC's reach, so that its full
+    # collections stop walking it (320k objects at 30k tools, ~0.3 s each: 11% of the CPU of a
+    # batch of large domains; with it frozen, 0.04 s each)
+    gc.collect()
+    gc.freeze()
+    return out
 
 
 def build_batch(workspace: str, domains: list[str], synth: str, seed: int, per_domain: int,

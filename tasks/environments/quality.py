@@ -127,7 +127,7 @@ def unobserved_why(tables: list[str], reads: list[ToolSpec], plans: dict[str, An
 def _focus(rows: dict[str, list[dict[str, Any]]], diff: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The seed rows, each changed table narrowed to the rows the write changed (as they are now;
     a deleted one as it was), so a read's arguments point at what changed."""
-    out = {t: list(rs) for t, rs in rows.items()}
+    out = dict(rows)  # the unchanged tables' very lists: a StateView over these shares their index
     changed: dict[str, list[dict[str, Any]]] = {}
     for d in diff:
         t, key = d["table"], d["key"]
@@ -219,7 +219,7 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
             # the corpus's reads (those about the changed tables first), then synthesized observers
             # of the changed tables (tasks.environments.rules.observer_plans), counted apart
             cands = sorted(reads, key=lambda t: (not _related(t, set(tables), plans), t.name))[:max_reads]
-            after_state = StateView(spec, rows=_focus(state.rows, diff))  # what changed, as a read may find it
+            after_state = StateView(spec, rows=_focus(state.rows, diff), base=state)  # what changed, as a read may find it
             calls = [(rd.name, ground_arguments(rd, after_state, [*rows, res.content], rng, optional_prob=0.2)[0])
                      for rd in cands]
             r["why"] = unobserved_why(tables, reads, plans) if calls else "no read tool in the domain"

@@ -88,7 +88,9 @@ class StateView:
     """The seed database as grounding material: its rows, each column's values, name words."""
 
     def __init__(self, spec: DomainSpec, seed_path: Path | None = None,
-                 rows: dict[str, list[dict[str, Any]]] | None = None):
+                 rows: dict[str, list[dict[str, Any]]] | None = None, base: StateView | None = None):
+        """base: a view whose tables this one shares where `rows` holds the very same list (a view
+        of the state after one write: only the changed tables are indexed again)."""
         self.rows = rows if rows is not None else read_seed(spec, Path(seed_path or ""))
         self.pks = {t.name: t.primary_key[0] for t in spec.tables if t.primary_key}
         self.keys: set[str] = {c for t in spec.tables for c in t.primary_key} | \
@@ -109,12 +111,15 @@ class StateView:
         self.states: dict[str, dict[str, list[Any]]] = {n: p["states"] for n, p in plans.items()
                                                          if isinstance(p, dict) and isinstance(p.get("states"), dict)}
         self.creates: set[str] = {n for n, p in plans.items() if isinstance(p, dict) and p.get("action") == "create"}
+        self._values: dict[tuple[str, str], list[Any]] = {}  # (table, column) -> its distinct values
         for t in spec.tables:
             rows_t = self.rows.get(t.name, [])
+            shared = base is not None and base.rows.get(t.name) is rows_t
             for c in t.columns:
-                values = sorted({json.dumps(r.get(c.name), sort_keys=True) for r in rows_t
-                                 if r.get(c.name) is not None})
-                values = sorted((json.loads(v) for v in values), key=_order)[:MAX_VALUES]
+                values = base._values.get((t.name, c.name)) if shared else None  # type: ignore[union-attr]
+                if values is None:
+                    values = _distinct(rows_t, c.name)
+                self._values[(t.name, c.name)] = values
                 if c.type == "json":
                     for v in values:  # keys inside JSON values (an address's city, zip) ground too
                         found: dict[str, list[Any]] = {}
@@ -254,6 +259,12 @@ def param_keys(param: str) -> tuple[str, ...]:
             if k not in keys:
                 keys.append(k)
     return tuple(keys)
+
+
+def _distinct(rows: list[dict[str, Any]], column: str) -> list[Any]:
+    """A column's distinct non-null values in _order, at most MAX_VALUES."""
+    values = sorted({json.dumps(r.get(column), sort_keys=True) for r in rows if r.get(column) is not None})
+    return sorted((json.loads(v) for v in values), key=_order)[:MAX_VALUES]
 
 
 def _nested(obj: Any, found: dict[str, list[Any]], depth: int) -> None:

@@ -151,3 +151,24 @@ def test_integer_ids_in_a_state_list_fit_a_string_list_parameter():
     rows = {"infos": [{"info_id": "i1", "event_ids": [1, 4]}], "events": [{"event_id": 1}, {"event_id": 4}]}
     tool = _tool({"event_ids": {"type": "array", "items": {"type": "string"}}}, ["event_ids"])
     assert _args(tool, rows, 0) == {"event_ids": ["1", "4"]}
+
+
+def test_a_view_over_a_changed_table_indexes_only_that_table_and_answers_as_a_fresh_view():
+    """StateView(base=...): the view after one write (quality's observation) shares the unchanged
+    tables' column values with the seed's view and re-reads the table whose list is new."""
+    rows = {"users": [{"user_id": f"u{i}", "name": f"Ann {i}", "address": {"city": f"C{i}"}} for i in range(5)],
+            "orders": [{"order_id": i, "user_id": f"u{i % 5}", "status": "open"} for i in range(8)]}
+    seed = _state(rows)
+    after_rows = {**rows, "orders": [{"order_id": 3, "user_id": "u3", "status": "cancelled"}]}
+    spec = DomainSpec(id="d", name="d", tools=[], tables=[
+        TableSpec(name=t, primary_key=[next(iter(rs[0]))], columns=[
+            ColumnSpec(name=c, type="json" if isinstance(v, dict) else "integer" if isinstance(v, int) else "text")
+            for c, v in rs[0].items()]) for t, rs in rows.items()])
+    shared = StateView(spec, rows=after_rows, base=seed)
+    fresh = StateView(spec, rows=after_rows)
+    for attr in ("columns", "nested", "name_words", "snake_columns"):
+        assert getattr(shared, attr) == getattr(fresh, attr), attr
+    assert shared.values_for("status") == ["cancelled"]
+    assert shared.values_for("city") == [f"C{i}" for i in range(5)]
+    assert shared._values[("users", "name")] is seed._values[("users", "name")]  # not indexed again
+    assert shared._values[("orders", "status")] is not seed._values[("orders", "status")]
