@@ -9,9 +9,14 @@ reports/domains.png. A re-run with the same tools and config is skipped.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import random
 import time
+from concurrent.futures import Future, ProcessPoolExecutor
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,11 @@ from tasks.discover.domains import domain_id, find_domains
 from tasks.discover.embed import embed_tools
 from tasks.discover.graph import build_graph, save_graph
 from tasks.discover.observers import Reading, share_reads
+
+# Reading every tool (tool_reading plans each on its own, ~0.3 ms a tool) is discovery's longest
+# step at 30k tools (9 s of ~40): from this many tools on, and with a second CPU, it runs in a
+# process of its own while this one embeds, builds the graph and finds the communities.
+BACKGROUND_READINGS = 5000
 
 
 def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig | None = None,
@@ -67,7 +77,8 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
     if old is not None and old.get("input_hash") == input_hash:
         return {**old["summary"], "skipped": True}
     timings = {}
-    with progress.stage("discover", total=4, unit="steps") as bar:
+    with _readings(reading, tools, ws.tools_path if file_key else None) as readings, \
+            progress.stage("discover", total=4, unit="steps") as bar:
         t = time.perf_counter()
         bar.advance(0, note=f"embed {len(tools)} tools")
         vecs, estats = embed_tools(tools, cfg.embedding, ws.cache_dir, cfg.param_weight)
@@ -84,7 +95,7 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
             dreport["second_check"] = {"checker": type(checker).__name__, **checker.stats}
         if reading is not None:
             records, dreport["shared_reads"] = share_reads(records, tools, vecs, g, reading, domain_id,
-                                                           max_size=cfg.max_size)
+                                                           max_size=cfg.max_size, known=_result(readings))
         timings["domains_s"] = time.perf_counter() - t
         atomic_write_json(ws.domains_path, records)
         t = time.perf_counter()
@@ -105,6 +116,40 @@ def discover(ws: Workspace, tools: list[Tool] | None = None, cfg: DiscoverConfig
     atomic_write_json(report_path, {"input_hash": input_hash, "file_key": file_key, "config": cfg.model_dump(),
                                     "summary": summary, **dreport})
     return summary
+
+
+@contextmanager
+def _readings(reading: Reading | None, tools: list[Tool], path: Path | None) -> Iterator[Future | None]:
+    """Every tool's reading, computed in a spawned process (the future of it), when it pays
+    (BACKGROUND_READINGS): the process reads the corpus from `path` itself when given (unpickling
+    30k tools costs as much as reading them, and pickling them would cost this process), else it
+    gets `tools`. None: share_reads reads each tool here."""
+    if reading is None or len(tools) < BACKGROUND_READINGS or len(os.sched_getaffinity(0)) < 2:
+        yield None
+        return
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        job = pool.submit(all_readings, reading, None if path is not None else tools,
+                          str(path) if path is not None else None)
+        try:
+            yield job
+        finally:
+            job.cancel()
+
+
+def _result(job: Future | None) -> list[tuple[str, str]] | None:
+    """The background readings, or None (none started, or the process failed: share_reads then
+    reads each tool itself, so a lost process costs time, never the step)."""
+    try:
+        return job.result() if job is not None else None
+    except Exception:  # noqa: BLE001 - e.g. BrokenProcessPool
+        return None
+
+
+def all_readings(reading: Reading, tools: list[Tool] | None, path: str | None) -> list[tuple[str, str]]:
+    """How each tool reads, in order (the tools of `path` when tools is None, as discover gives them ids)."""
+    if tools is None:
+        tools = [t if t.id else t.with_id() for t in load_tools(Path(path or ""))]
+    return [reading(t) for t in tools]
 
 
 def draw_domains(records: list[dict], g, tools: list[Tool], path: Path, max_domains: int = 150) -> Path:

@@ -59,16 +59,19 @@ def _edge_weights(g: Any, n: int) -> dict[int, dict[int, tuple[float, str]]]:
 
 def share_reads(records: list[dict[str, Any]], tools: list[Tool], vecs: np.ndarray | None, g: Any,
                 reading: Reading, domain_id: Callable[[list[str]], str],
-                cap: int = 3, max_size: int | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                cap: int = 3, max_size: int | None = None,
+                known: list[tuple[str, str]] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each domain record whose writes change an entity no read of the domain is about gets the
     corpus's reads about it (module docstring). Returns (records, report); a changed record gets
     `shared` ([{tool, name, entity, for_writes, weight, reason}]), its new id (members changed) and
     `unobservable` ([{name, entity, why}]) where the corpus has no read about a write's entity.
-    A domain never grows past `max_size` (discovery's bound); reads left out for it are counted."""
+    A domain never grows past `max_size` (discovery's bound); reads left out for it are counted.
+    `known`: every tool's reading, in the order of `tools`, already computed (elsewhere, at once)."""
     by_id: dict[str, int] = {}
     for i, t in enumerate(tools):
         by_id.setdefault(t.id, i)
-    read_of: dict[int, tuple[str, str]] = {i: reading(t) for i, t in enumerate(tools)}
+    read_of: dict[int, tuple[str, str]] = dict(enumerate(known)) if known is not None and len(known) == len(tools) \
+        else {i: reading(t) for i, t in enumerate(tools)}
     corpus_reads = [(i, e) for i, (k, e) in read_of.items() if k == "read" and e]
     edges = _edge_weights(g, len(tools))
     out, shared_n, domains_n, unobs_n, full_n = [], 0, 0, 0, 0

@@ -4,6 +4,7 @@ and the files the stage writes (the graph/domains.json contract)."""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -159,3 +160,34 @@ def test_discover_errors_are_clear(tmp_path):
         DiscoverConfig(method="kmeans")
     with pytest.raises(ValueError):
         DiscoverConfig(tresh=0.5)  # a typo is an error, not a silently ignored option
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the background readings need a second CPU")
+def test_readings_in_a_process_of_their_own_give_the_same_domains(tmp_path, monkeypatch):
+    """A large corpus's tool readings (observers' share_reads) are computed in a spawned process
+    while discovery goes on: the same domains.json and shared reads as computed in this process,
+    whether the process reads the corpus file or is handed the tools; a background job that fails
+    costs only its time (share_reads then reads each tool here)."""
+    import tasks.discover.discover as stage
+    from tasks.environments.plan import tool_reading
+
+    tools, _ = labelled("all")
+    out, given = {}, {}
+    real = stage.share_reads
+
+    def spy(*a, known=None, **kw):  # what share_reads was handed: readings from the process, or None
+        given[how] = known is not None
+        return real(*a, known=known, **kw)
+
+    monkeypatch.setattr(stage, "share_reads", spy)
+    for how, threshold in (("here", 10 ** 9), ("file", 1), ("tools", 1), ("failed", 1)):
+        monkeypatch.setattr(stage, "BACKGROUND_READINGS", threshold)
+        if how == "failed":  # os._exit(reading, tools, path): a TypeError in the pool process
+            monkeypatch.setattr(stage, "all_readings", os._exit)
+        ws = Workspace(tmp_path / how)
+        save_tools(ws.tools_path, tools)
+        summary = discover(ws, tools=tools if how == "tools" else None, draw=False, reading=tool_reading)
+        out[how] = (ws.domains_path.read_bytes(), summary["shared_reads"])
+    assert out["here"][1]["reads_shared"] + out["here"][1]["writes_unobservable"] > 0  # the step did something
+    assert given == {"here": False, "file": True, "tools": True, "failed": False}
+    assert out["file"] == out["here"] and out["tools"] == out["here"] and out["failed"] == out["here"]
