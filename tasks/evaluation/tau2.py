@@ -23,6 +23,7 @@ import json
 import pickle
 import random
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,9 @@ class Tau2Official:
         self.tasks = {str(t.id): t for t in env_mod.get_tasks(None)}
         # loaded once; every environment gets its own copy (pickle: ~2.5x faster than deepcopy)
         self._db_blob = pickle.dumps(self._get_environment().tools.db)
+        # verdicts by (task, calls): the base and the trained model's agreement checks share their
+        # gold and perturbed sequences, and each verdict builds several tau2 environments (~0.2 s each)
+        self._verdicts: dict[str, bool] = {}
 
     def environment(self, solo_mode: bool = False) -> Any:
         return self._get_environment(db=pickle.loads(self._db_blob), solo_mode=solo_mode)
@@ -148,10 +152,19 @@ class Tau2Official:
 
     def db_match(self, task_id: str, calls: list[dict[str, Any]]) -> bool:
         """tau2's EnvironmentEvaluator verdict on the DB (agent and user DB hashes vs the gold actions')."""
-        task = self.tasks[str(task_id)]
-        info = self._Evaluator.calculate_reward(environment_constructor=self.environment, task=task,
-                                                full_trajectory=self.messages(calls))
-        return bool(info.db_check.db_match) if info.db_check is not None else True
+        key = json.dumps([str(task_id), calls], sort_keys=True, default=str)
+        if key not in self._verdicts:
+            task = self.tasks[str(task_id)]
+            info = self._Evaluator.calculate_reward(environment_constructor=self.environment, task=task,
+                                                    full_trajectory=self.messages(calls))
+            self._verdicts[key] = bool(info.db_check.db_match) if info.db_check is not None else True
+        return self._verdicts[key]
+
+
+@lru_cache(maxsize=len(DOMAINS))
+def tau2_official(name: str) -> Tau2Official:
+    """One per domain and process (its tasks and database are loaded once, its verdicts kept)."""
+    return Tau2Official(name)
 
 
 def perturbations(scenario: Scenario, rng: random.Random) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -190,7 +203,7 @@ def agreement(name: str, domain_dir: Path, scenarios: list[Scenario], sample: in
     for s in picked:
         for label, calls in perturbations(s, rng):
             cases.append((label, s, calls, None))
-    official = Tau2Official(name)
+    official = tau2_official(name)
     rows = []
     with Environment.open(domain_dir, unsafe=unsafe_from_env()) as env:
         for label, s, calls, recorded in cases:

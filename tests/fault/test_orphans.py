@@ -51,8 +51,15 @@ time.sleep(600)
 """
 
 
+def _default_sigint() -> None:
+    # A runner started in the background (nohup, `cmd &` in a script) ignores SIGINT, and a child
+    # inherits that: the SIGINT case would then test a kill after 30 s, not Ctrl-C
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(cmd: list[str], ready: str, timeout_s: float = 180.0) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+                            preexec_fn=_default_sigint)
     deadline = time.monotonic() + timeout_s
     assert proc.stdout is not None
     while time.monotonic() < deadline:
@@ -74,6 +81,7 @@ def _signal_and_check(proc: subprocess.Popen, sig: int, what: str) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+        assert sig == signal.SIGKILL, f"{what}: still running 30 s after signal {sig} (killed now)"
     left = wait_gone(kids)
     assert not left, f"{what}: {len(left)} of {len(kids)} child processes outlived signal {sig} (killed now)"
 
