@@ -148,10 +148,9 @@ def _result(job: Future | None) -> list[tuple[str, str]] | None:
 
 
 def all_readings(reading: Reading, tools: list[Tool] | None, path: str | None) -> list[tuple[str, str]]:
-    """How each tool reads, in order (the tools of `path` when tools is None, as discover gives them ids)."""
-    if tools is None:
-        tools = [t if t.id else t.with_id() for t in load_tools(Path(path or ""))]
-    return [reading(t) for t in tools]
+    """How each tool reads, in order (the tools of `path` when tools is None: a reading does not
+    depend on a tool's id, so they need none)."""
+    return [reading(t) for t in (tools if tools is not None else load_tools(Path(path or "")))]
 
 
 def draw_domains(records: list[dict], g, tools: list[Tool], path: Path, max_domains: int = 150) -> Path:
