@@ -168,7 +168,7 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
                    ) -> tuple[dict[str, Any], list[Any]]:
     """Which write tools some read shows (module docstring). Returns (report, outputs of the
     successful writes, for id coherence). Each write gets up to `tries` grounded calls until one
-    changes the state (each try from the seed: Environment.call_from_seed); after it, up to
+    changes the state (each try from the seed; a round of tries of all writes in one round trip); after it, up to
     `max_reads` reads (those about the changed tables first) get arguments drawn from the changed
     rows. Then one round trip (Environment.replay) runs each write again from the seed followed by
     its reads, and all the reads once more on the seed in one episode (reads change nothing); a
@@ -179,7 +179,6 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
     calls failed. An API with real checks (tau2's: a payment method the user owns, a delivered
     order, a reason from a list) rejects random grounded arguments, and a write never made says
     nothing about whether a read shows it; the read side is unchanged."""
-    rng = random.Random(f"observe:{spec.id}:{seed}")
     oracle = env.state_oracle()
     orng = random.Random(f"observe-observers:{spec.id}:{seed}")
     plans = (spec.report or {}).get("plans") or {}
@@ -188,14 +187,27 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
     writes = [t for t in spec.tools if t.kind == "write"]
     per: dict[str, dict[str, Any]] = {}
     outputs: list[Any] = []
-    pending: list[tuple[str, list[tuple[str, dict[str, Any]]], list[Any], list[str]]] = []
+    # each write's own random stream (its tries, then its reads' arguments): what it draws does not
+    # depend on how the tries are grouped
+    rngs = {w.name: random.Random(f"observe:{spec.id}:{seed}:{w.name}") for w in writes}
+    given = {w.name: [None] * tries + list((examples or {}).get(w.name, []))[:tries] for w in writes}
+    changed: dict[str, tuple[dict[str, Any], Any, bytes, list[dict[str, Any]]]] = {}
     for w in writes:
-        r: dict[str, Any] = {"observed": False, "changed": False, "by": None, "why": "no call changed the state",
-                             "observed_with_observers": False, "by_any": None}
-        per[w.name] = r
-        for given in [None] * tries + list((examples or {}).get(w.name, []))[:tries]:
-            args = given if given is not None else ground_arguments(w, state, [], rng, optional_prob=0.6)[0]
-            res, image = env.call_from_seed(w.name, args)  # from the seed, the image after it: one round trip
+        per[w.name] = {"observed": False, "changed": False, "by": None, "why": "no call changed the state",
+                       "observed_with_observers": False, "by_any": None}
+    # Tries in rounds: every write not yet seen to change the state gets its next try, and the
+    # round's calls run in one round trip, each from the seed with the image after it
+    # (Environment.replay(images=True), as call_from_seed runs one call)
+    todo = list(writes)
+    for k in range(2 * tries):
+        batch = [(w, given[w.name][k] if given[w.name][k] is not None else
+                  ground_arguments(w, state, [], rngs[w.name], optional_prob=0.6)[0])
+                 for w in todo if k < len(given[w.name])]
+        if not batch:
+            break
+        for (w, args), (results, image) in zip(batch, env.replay([[(w.name, args)] for w, args in batch],
+                                                                 images=True)):
+            r, res = per[w.name], results[0]
             if not res.ok:
                 r["why"] = f"write failed: {(res.error or '')[:120]}"
                 continue
@@ -205,31 +217,38 @@ def observe_writes(env: Any, spec: DomainSpec, state: StateView, seed: int = 0, 
                 r["why"] = "the write changed nothing"
                 continue
             r["changed"] = True
-            tables = sorted({d["table"] for d in diff})
-            rows = []
-            for d in diff:  # the changed rows as the read's earliest source of values
-                row = dict(d["key"])
-                if isinstance(d.get("after"), dict):
-                    row.update({k: v for k, v in d["after"].items() if v is not None})
-                elif isinstance(d.get("before"), dict):  # a deleted row: a read that found it should not now
-                    row.update({k: v for k, v in d["before"].items() if v is not None})
-                elif d.get("column"):
-                    row[d["column"]] = d.get("after")
-                rows.append(row)
-            # the corpus's reads (those about the changed tables first), then synthesized observers
-            # of the changed tables (tasks.environments.rules.observer_plans), counted apart
-            cands = sorted(reads, key=lambda t: (not _related(t, set(tables), plans), t.name))[:max_reads]
-            after_state = StateView(spec, rows=_focus(state.rows, diff), base=state)  # what changed, as a read may find it
-            calls = [(rd.name, ground_arguments(rd, after_state, [*rows, res.content], rng, optional_prob=0.2)[0])
-                     for rd in cands]
-            r["why"] = unobserved_why(tables, reads, plans) if calls else "no read tool in the domain"
-            # then the synthesized observers of the changed tables (their own draws: the corpus
-            # reads' arguments stay what they were before observers existed)
-            calls += [(o.name, ground_arguments(o, after_state, [*rows, res.content], orng, optional_prob=0.2)[0])
-                      for o in observers if _related(o, set(tables), plans)]
-            if calls:
-                pending.append((w.name, calls, (w.name, args, res, image), tables))
-            break
+            changed[w.name] = (args, res, image, diff)
+        todo = [w for w in todo if w.name not in changed]
+    pending: list[tuple[str, list[tuple[str, dict[str, Any]]], list[Any], list[str]]] = []
+    for w in writes:
+        if w.name not in changed:
+            continue
+        r = per[w.name]
+        args, res, image, diff = changed[w.name]
+        tables = sorted({d["table"] for d in diff})
+        rows = []
+        for d in diff:  # the changed rows as the read's earliest source of values
+            row = dict(d["key"])
+            if isinstance(d.get("after"), dict):
+                row.update({k: v for k, v in d["after"].items() if v is not None})
+            elif isinstance(d.get("before"), dict):  # a deleted row: a read that found it should not now
+                row.update({k: v for k, v in d["before"].items() if v is not None})
+            elif d.get("column"):
+                row[d["column"]] = d.get("after")
+            rows.append(row)
+        # the corpus's reads (those about the changed tables first), then synthesized observers
+        # of the changed tables (tasks.environments.rules.observer_plans), counted apart
+        cands = sorted(reads, key=lambda t: (not _related(t, set(tables), plans), t.name))[:max_reads]
+        after_state = StateView(spec, rows=_focus(state.rows, diff), base=state)  # what changed, as a read may find it
+        calls = [(rd.name, ground_arguments(rd, after_state, [*rows, res.content], rngs[w.name], optional_prob=0.2)[0])
+                 for rd in cands]
+        r["why"] = unobserved_why(tables, reads, plans) if calls else "no read tool in the domain"
+        # then the synthesized observers of the changed tables (their own draws: the corpus
+        # reads' arguments stay what they were before observers existed)
+        calls += [(o.name, ground_arguments(o, after_state, [*rows, res.content], orng, optional_prob=0.2)[0])
+                  for o in observers if _related(o, set(tables), plans)]
+        if calls:
+            pending.append((w.name, calls, (w.name, args, res, image), tables))
     if pending:
         # One round trip: each write again from the seed followed by its reads (one episode each),
         # then all the reads on the seed (one episode: reads change nothing)

@@ -155,23 +155,32 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
         seed_hash = env.state_hash()
         oracle = env.state_oracle()
         # arguments come from the seed database (the calls here are unrelated, not a walk: nothing to
-        # chain); each call runs from the seed with the image after it in one round trip
-        # (Environment.call_from_seed: tools.py afresh per call, no fresh sandbox child per write)
-        for t in sorted(spec.tools, key=lambda t: (t.kind != "read", t.name)):
-            r = per[t.name]
-            if r["reason"] in ("missing_function", "signature"):
-                continue
-            for i in range(tries):
-                args, _ = ground_arguments(t, state, [], rng, optional_prob=0.5 if i % 2 == 0 else 0.9,
+        # chain). Tries go in rounds: every tool still untried or unproven gets its next try, and the
+        # round's calls run in one round trip, each from the seed with tools.py run afresh and the
+        # image after it (Environment.replay(images=True): what call_from_seed does for one call, so
+        # no fresh sandbox child per write and no round trip per call). Each tool draws from its own
+        # random stream, so its arguments do not depend on how the tries are grouped.
+        todo = [t for t in sorted(spec.tools, key=lambda t: (t.kind != "read", t.name))
+                if per[t.name]["reason"] not in ("missing_function", "signature")]
+        rngs = {t.name: random.Random(f"validate:{spec.id}:{seed}:{t.name}") for t in todo}
+        for i in range(tries):
+            batch: list[tuple[ToolSpec, dict[str, Any]]] = []
+            for t in todo:
+                r = per[t.name]
+                args, _ = ground_arguments(t, state, [], rngs[t.name], optional_prob=0.5 if i % 2 == 0 else 0.9,
                                            fresh_key=t.kind == "write" and i % 2 == 1 and creates.get(t.name, True)
                                            or None)
                 if not valid(args, t.parameters):
                     r["errors"].append(f"sampled arguments invalid: {json.dumps(args, default=str)[:200]}")
                     r["reason"] = "invalid_arguments"
                     continue
-                res, image = env.call_from_seed(t.name, args)
+                batch.append((t, args))
+            done: set[str] = set()
+            got = env.replay([[(t.name, args)] for t, args in batch], images=True) if batch else []
+            for (t, _args), (results, image) in zip(batch, got):
+                r, res = per[t.name], results[0]
                 r["calls"] += 1
-                changed = oracle.hash(image) != seed_hash
+                changed = image is not None and oracle.hash(image) != seed_hash
                 if res.ok:
                     r["runs"] = True
                     if t.kind == "write" or not is_empty(res.content):
@@ -183,7 +192,14 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
                 if t.kind == "write" and changed:
                     r["changes_state"] = True
                 if r["executes"] and (t.kind == "read" or r["changes_state"]):
-                    break
+                    done.add(t.name)
+            todo = [t for t in todo if t.name not in done]
+            if not todo:
+                break
+        for t in spec.tools:
+            r = per[t.name]
+            if r["reason"] in ("missing_function", "signature"):
+                continue
             if r["read_mutated"]:
                 r["reason"] = "read_mutated"
             elif r["runs"] and not r["executes"]:
