@@ -154,6 +154,7 @@ def _finish_trigger(out: dict[str, Any], wait: bool) -> None:
         raise typer.Exit(1)
 
 
+UNTIL_STAGES = ("ingest", "discover", "build")  # flows.pipeline.UNTIL (not imported: it loads Prefect)
 WAIT_HELP = "With --deployment: follow the run to a final state; exit 1 unless it is Completed."
 
 
@@ -173,18 +174,30 @@ def run_cmd(sources: list[str] = typer.Argument(..., help="Files, folders, or co
             run_evaluation: bool = typer.Option(True, "--evaluate/--no-evaluate", help="Evaluate on held-out scenarios."),
             k: int = typer.Option(2, "--k", help="Evaluation trials per scenario."),
             eval_max_scenarios: Optional[int] = typer.Option(8, "--eval-max-scenarios", help="Held-out scenarios to evaluate."),
+            until: Optional[str] = typer.Option(None, "--until", help="Stop after this stage: ingest | discover | build (environments and scenarios, no model). One process for the stages: Python, Prefect's imports and its temporary server start once, not per stage command."),
             deployment: Optional[str] = typer.Option(None, "--deployment", help="Trigger this deployment on the Prefect server instead."),
             wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
             as_json: bool = typer.Option(False, "--json", help="Print JSON."),
             workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """The whole pipeline: ingest -> discover -> environments -> scenarios -> rollouts -> SFT -> evaluation."""
+    if until not in (None, *UNTIL_STAGES):
+        console.print(f"--until {until}: one of {', '.join(UNTIL_STAGES)}", markup=False)
+        raise typer.Exit(2)
     _begin(workspace, quiet)
     params = {"workspace": str(workspace_path().resolve()), "sources": sources, "synth": synth, "per_domain": per_domain,
               "domains_limit": domains_limit, "llm": llm, "model": model, "user": user, "trials": trials,
               "rollout_domains": rollout_domains, "rollout_per_domain": rollout_per_domain, "train": train,
               "max_steps": max_steps, "evaluate": run_evaluation, "k": k, "eval_max_scenarios": eval_max_scenarios}
+    if until is not None:  # only when asked: a deployment registered before the option exists takes no such parameter
+        params["until"] = until
     out = _run_flow_or_deployment("pipeline", deployment, params, wait)
-    emit(out) if as_json else Console().print(out.get("funnel", out))
+    if as_json:
+        emit(out)
+    elif until and "stage_wall_s" in out:  # no funnel before rollouts: each stage's counts and seconds
+        Console().print({k: {f: v for f, v in (out.get(k) or {}).items() if isinstance(v, (int, float, str))}
+                         for k in UNTIL_STAGES if k in out} | {"stage_wall_s": out["stage_wall_s"]})
+    else:
+        Console().print(out.get("funnel", out))
     _finish_trigger(out, wait)
 
 

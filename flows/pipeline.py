@@ -38,6 +38,7 @@ from tasks.rollouts.engine import select_scenarios
 from training.gguf_convert import convert_smollm2
 
 EVAL_SET = "pipeline"
+UNTIL = ("ingest", "discover", "build")  # stages `until` may stop after, in order
 
 
 @flow(name="pipeline")
@@ -53,8 +54,9 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
                   evaluate: bool = True, k: int = 2,
                   eval_max_scenarios: int | None = 8, eval_domains: int = 2, eval_max_domains: int | None = None,
                   eval_max_prompt_tokens: int = 2048, max_turns: int = 6, agent_steps: int = 4,
-                  max_tokens: int = 256) -> dict[str, Any]:
-    """Run every stage; the summary holds each stage's result and the funnel.
+                  max_tokens: int = 256, until: str | None = None) -> dict[str, Any]:
+    """Run every stage (or those up to `until`: ingest, discover or build); the summary holds each
+    stage's result and the funnel.
 
     max_steps caps SFT optimizer steps; agent_steps caps the agent's tool-call rounds per turn;
     train_model overrides the stage-1 config's model (e.g. "tiny"); accelerate_config (e.g.
@@ -69,19 +71,25 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
     With a local model trained, base and trained are scored the closed loop's way (flows/closed_loop:
     the same llama.cpp runtime and decoding for both, compare with intervals, single- and multi-call
     apart, failures by reason), and each stage's CPU seconds are recorded beside its wall time."""
+    if until not in (None, *UNTIL):
+        raise ValueError(f"until={until!r}: one of {', '.join(UNTIL)}, or None for every stage")
     ws = Workspace(workspace)
     catalog = Catalog(ws.catalog_path)
     params = {k_: v for k_, v in locals().items() if k_ not in ("ws", "catalog")}
-    steps = (4 + bool(gold_replay_domains) + bool(train)
-             + (1 + bool(train and is_local(llm)) if evaluate else 0))  # the last: the trained model's evaluation
+    steps = UNTIL.index(until) + 1 if until else (4 + bool(gold_replay_domains) + bool(train)
+                                                 + (1 + bool(train and is_local(llm)) if evaluate else 0))
     with run_record(catalog, "pipeline", params) as summary, \
             progress.stage("pipeline", total=steps, unit="stages") as bar:
         bar.advance(0, note="ingest")
         with _timed(summary, "ingest"):
             summary["ingest"] = _brief(ingest_flow(str(ws.root), sources))
+        if until == "ingest":
+            return summary
         bar.advance(note="discover")
         with _timed(summary, "discover"):
             summary["discover"] = _brief(discover_flow(str(ws.root)))
+        if until == "discover":
+            return summary
         bar.advance(note="build")
         with _timed(summary, "build"):
             summary["build"] = build_environments_flow(str(ws.root), synth=synth, seed=seed, per_domain=per_domain,
@@ -89,6 +97,10 @@ def pipeline_flow(workspace: str, sources: list[str], synth: str = "rules", per_
                                                        batch_deployment=build_batch_deployment)
             if tau2_verticals and "tau2" in sources:
                 summary["tau2"] = add_tau2_verticals(ws)
+        if until == "build":  # environments and scenarios: what the factory makes before any model runs
+            summary["failed"] = dict(summary["build"].get("failed", {}))
+            summary["failures"] = dict(summary["build"].get("failures", {}))
+            return summary
         train_domains = _domains_with(ws, "train")[:rollout_domains] if rollout_domains else None
         bar.advance(note="collect")
         with _timed(summary, "collect"):

@@ -116,3 +116,22 @@ def test_local_comparison_is_the_closed_loops(tmp_path: Path):
     # wall and CPU seconds per stage; the CPU includes the model servers (children reaped in the stage)
     assert set(summary["stage_wall_s"]) == set(summary["stage_cpu_s"]) == {"evaluate_base", "evaluate_trained"}
     assert all(v > 0 for v in summary["stage_cpu_s"].values())
+
+
+def test_pipeline_until_build_stops_before_any_model(tmp_path: Path, prefect_harness):
+    """`agentscaler run --until build`: ingest, discover and build in one process (Prefect starts
+    once), nothing after: no rollout, training or evaluation run is recorded; an unknown stage
+    fails before any work."""
+    from flows.pipeline import pipeline_flow
+
+    ws = Workspace(tmp_path / "ws")
+    with pytest.raises(ValueError, match="until='rollouts'"):
+        pipeline_flow(str(ws.root), sources=[str(DATA / "toolbench")], until="rollouts")
+    assert not ws.catalog_path.exists()
+    summary = pipeline_flow(str(ws.root), sources=[str(DATA / "bfcl"), str(DATA / "toolbench")], per_domain=3,
+                            tau2_verticals=False, until="build")
+    assert set(summary["stage_wall_s"]) == {"ingest", "discover", "build"}
+    assert summary["build"]["built"] == summary["discover"]["domains"] > 0 and summary["failed"] == {}
+    assert summary["build"]["scenarios"] > 0
+    flows = {r["flow"] for r in Catalog(ws.catalog_path).runs()}
+    assert flows == {"pipeline", "ingest", "discover", "build_environments"}, flows
