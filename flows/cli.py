@@ -31,6 +31,7 @@ from agentscaler.endpoints import is_local, runtime_label, serve
 from agentscaler.llm_server import LLMServerError, local_server
 from agentscaler.settings import Settings, configure_prefect_env
 from agentscaler.workspace import Workspace, atomic_write_json
+from flows import prefect_ahead
 from tasks.corpus.ingest import IngestError, format_report, ingest
 from tasks.corpus.loaders import FORMATS
 from tasks.discover.config import DiscoverConfig
@@ -127,7 +128,10 @@ def _run_flow_or_deployment(flow_name: str, deployment: Optional[str], params: d
     """Run a flow locally (ephemeral Prefect), or trigger its deployment on the configured server
     (flows.deploy.trigger: with `wait`, followed to a final state). A trigger prints the run's UI
     URL; an unknown deployment or an unreachable server ends the command with the reason."""
-    # Prefect (and the flows, which import it) load in seconds: imported here, off the stage commands' path.
+    # Prefect (and the flows, which import it) load in seconds: imported here, off the stage commands' path,
+    # while Prefect's temporary server starts on another core (flows.prefect_ahead)
+    if not deployment:
+        prefect_ahead.start()
     from flows.build_environments import build_environments_flow
     from flows.collect_experience import collect_experience_flow
     from flows.deploy import DeployError, trigger
@@ -145,6 +149,7 @@ def _run_flow_or_deployment(flow_name: str, deployment: Optional[str], params: d
         return out
     flows = {"pipeline": pipeline_flow, "build-environments": build_environments_flow,
              "collect-experience": collect_experience_flow, "retry-failed": retry_failed_flow}
+    prefect_ahead.ready()
     return flows[flow_name](**params)
 
 
@@ -302,6 +307,7 @@ def demo_cmd(minutes: float = typer.Option(15, "--minutes", help="Time budget on
              workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """The main job on the embedded default: fetch corpora, run the whole pipeline, print the report path."""
     _begin(workspace, quiet)
+    prefect_ahead.start()
     from flows.demo import demo_plan, plan_seconds, run_demo  # Prefect loads in seconds: only flow commands import it
 
     try:
@@ -311,6 +317,7 @@ def demo_cmd(minutes: float = typer.Option(15, "--minutes", help="Time budget on
         raise typer.Exit(2)
     console.print(f"demo sized for {minutes:g} minutes: {plan_seconds(plan) / 60:.0f} min estimated on 2 quiet cores",
                   markup=False)
+    prefect_ahead.ready()
     out = run_demo(workspace_path().resolve(), minutes=minutes)
     if as_json:
         emit(out)
@@ -367,8 +374,10 @@ def ingest_cmd(sources: list[str] = typer.Argument(..., help="Files, folders, or
         raise typer.Exit(2)
     ws = Workspace(workspace_path())
     if use_flow:
+        prefect_ahead.start()
         from flows.ingest import ingest_flow  # Prefect loads in seconds: only the commands that run flows import it
 
+        prefect_ahead.ready()
         report = ingest_flow(str(ws.root), sources, fmt, strict, add_returns)
     else:
         try:
@@ -415,8 +424,10 @@ def discover_cmd(embedding: str = typer.Option("fast", "--embedding", help="fast
             Workspace(workspace_path()), DiscoverConfig(embedding=embedding, threshold=threshold, method=method,
                                                         resolution=resolution, max_size=max_size))
         if summary is None:
+            prefect_ahead.start()
             from flows.discover import discover_flow  # Prefect loads in seconds: only the commands that run flows import it
 
+            prefect_ahead.ready()
             summary = discover_flow(str(workspace_path()), embedding=embedding, threshold=threshold, method=method,
                                     resolution=resolution, max_size=max_size, force=force, llm_check=llm_check,
                                     llm=llm, model=model)
