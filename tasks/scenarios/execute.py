@@ -13,7 +13,7 @@ from typing import Any
 from agentscaler.hashing import content_hash
 from agentscaler.schemas import errors
 from envs.spec import DomainSpec
-from tasks.scenarios.arguments import StateView, ground_arguments
+from tasks.scenarios.arguments import StateView, ground_arguments, output_values
 from tasks.scenarios.config import ScenarioParams
 from tasks.scenarios.values import valid
 
@@ -90,6 +90,10 @@ def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView,
     for i, name in enumerate(names):
         tool = tools[name]
         last = i == len(names) - 1
+        if i and not any(output_values(outputs, p) for p in (tool.parameters or {}).get("properties") or {}):
+            # no earlier output holds any of its parameters: no draw could chain (the tries below
+            # would all be resampled as unchained), so none is drawn
+            raise Dropped("unchained", name)
         ok, last_error, tried, dup, unchained = False, "", 0, 0, 0
         for _ in range(params.arg_retries + (2 if i else 0)):
             args, sources = ground_arguments(tool, state, outputs, rng, params.optional_prob)
