@@ -101,6 +101,7 @@ class StateView:
         self.name_words: dict[str, list[str]] = {}  # table -> words of its name/title columns
         self._memo: dict[tuple[str, str], tuple[Any, list[Any], str]] = {}  # grounded(): (schema, values, its JSON)
         self._table_columns: dict[str, set[str]] = {}
+        self._score_memo: dict[tuple[str, tuple[str, ...], tuple[bool, ...]], dict[str, float]] = {}
         # the table a tool is about, when its synthesizer says (DomainSpec.report["plans"]): a search's
         # filters then come from one row of the table it searches, so the search finds that row
         plans = (spec.report or {}).get("plans") or {}
@@ -191,7 +192,32 @@ class StateView:
         tool_name = snake(tool.name)
         best: tuple[float, str] | None = None
         hint = self.hints.get(tool.name)
-        scores: dict[str, float] = {}
+        scores = self._scores(tool_name, params, required)
+        for table, score in scores.items():
+            if score > 0 and (best is None or score > best[0] or (score == best[0] and rng.random() < 0.5)):
+                best = (score, table)
+        if hint in self.rows and self.rows[hint] and (best is None or scores.get(hint, 0) > 0):
+            best = (scores.get(hint, 0.0), hint)
+        if best is None:  # no column matched: the table the tool is named after
+            named = [t for t, r in sorted(self.rows.items()) if r and (t[:-1] if t.endswith("s") else t) in tool_name]
+            if not named:
+                return None, {}, not chained
+            best = (0.0, max(named, key=len))
+        trows = self.rows[best[1]]
+        wanted = _row_columns(trows[0], chained).items()  # a table's rows share their columns (read_seed)
+        agree = [r for r in trows if all(_same(r.get(c), v) for c, v in wanted)] if wanted else trows
+        states = self.states.get(tool.name, {}).items()
+        legal = [r for r in (agree or trows) if all(r.get(c) in ok for c, ok in states)] if states else agree
+        return best[1], rng.choice(legal or agree or trows), bool(agree)
+
+    def _scores(self, tool_name: str, params: list[str], required: set[str]) -> dict[str, float]:
+        """anchor()'s score of each table with rows for these parameters (memoized: the same tool and
+        parameters recur in every try and walk; the rows of a view do not change)."""
+        key = (tool_name, tuple(params), tuple(p in required for p in params))
+        scores = self._score_memo.get(key)
+        if scores is not None:
+            return scores
+        scores = {}
         for table, trows in sorted(self.rows.items()):
             if not trows:
                 continue
@@ -207,20 +233,8 @@ class StateView:
             if score > 0 and stem and stem in tool_name:
                 score += 0.5
             scores[table] = score
-            if score > 0 and (best is None or score > best[0] or (score == best[0] and rng.random() < 0.5)):
-                best = (score, table)
-        if hint in self.rows and self.rows[hint] and (best is None or scores.get(hint, 0) > 0):
-            best = (scores.get(hint, 0.0), hint)
-        if best is None:  # no column matched: the table the tool is named after
-            named = [t for t, r in sorted(self.rows.items()) if r and (t[:-1] if t.endswith("s") else t) in tool_name]
-            if not named:
-                return None, {}, not chained
-            best = (0.0, max(named, key=len))
-        trows = self.rows[best[1]]
-        wanted = _row_columns(trows[0], chained).items()  # a table's rows share their columns (read_seed)
-        agree = [r for r in trows if all(_same(r.get(c), v) for c, v in wanted)]
-        legal = [r for r in (agree or trows) if all(r.get(c) in ok for c, ok in self.states.get(tool.name, {}).items())]
-        return best[1], rng.choice(legal or agree or trows), bool(agree)
+        self._score_memo[key] = scores
+        return scores
 
 
 def _row_columns(row: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 from agentscaler.hashing import content_hash
 from agentscaler.schemas import errors
 from envs.spec import DomainSpec
-from tasks.scenarios.arguments import StateView, ground_arguments, output_values
+from tasks.scenarios.arguments import StateView, coerce, ground_arguments, output_values
 from tasks.scenarios.config import ScenarioParams
 from tasks.scenarios.values import valid
 
@@ -62,6 +62,19 @@ def _chained(args: dict[str, Any], sources: dict[str, str], given: set[str]) -> 
     return any(sources.get(a) == "output" and json.dumps(v, sort_keys=True) not in given for a, v in args.items())
 
 
+def _can_chain(tool: Any, outputs: list[Any], given: set[str]) -> bool:
+    """Whether some draw of ground_arguments could make the call chained (_chained): a parameter for
+    which the latest output holding its key (the one ground_arguments chains from) has a value that
+    fits its schema and that the user has not given."""
+    for name, sub in ((tool.parameters or {}).get("properties") or {}).items():
+        sub = sub if isinstance(sub, dict) else {}
+        for v in output_values(outputs, name):
+            c = coerce(v, sub)
+            if valid(c, sub) and json.dumps(c, sort_keys=True) not in given:
+                return True
+    return False
+
+
 def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView, rng: random.Random,
                  params: ScenarioParams, seed_hash: str, seen_calls: set[str] | None = None
                  ) -> tuple[list[dict[str, Any]], str, Counter]:
@@ -90,9 +103,9 @@ def execute_walk(env: Any, spec: DomainSpec, names: list[str], state: StateView,
     for i, name in enumerate(names):
         tool = tools[name]
         last = i == len(names) - 1
-        if i and not any(output_values(outputs, p) for p in (tool.parameters or {}).get("properties") or {}):
-            # no earlier output holds any of its parameters: no draw could chain (the tries below
-            # would all be resampled as unchained), so none is drawn
+        if i and not _can_chain(tool, outputs, given):
+            # every value an earlier output offers its parameters is one the user gave (or none is
+            # offered): each try below would be resampled as unchained, so none is drawn
             raise Dropped("unchained", name)
         ok, last_error, tried, dup, unchained = False, "", 0, 0, 0
         for _ in range(params.arg_retries + (2 if i else 0)):
