@@ -224,6 +224,10 @@ def render_tool(pl: Plan, entities: dict[str, Entity]) -> str:
     elif a in ("create", "login"):
         check_refs(skip_own=False)
         if pk is not None:
+            if not pk.required:  # an optional id the caller leaves out: the environment gives one
+                fresh = f"_next_int(db, {T}, {e.pk!r})" if e.pk_type == "integer" else f"db.new_id({T}, {e.prefix!r})"
+                L.append(f"    if {ref(pk)} is None:")
+                L.append(f"        {ref(pk)} = {fresh}")
             L.append(f"    if db.get({T}, **{{{e.pk!r}: {ref(pk)}}}) is not None:")
             L.append(f"        raise ToolError(f\"{what} {{{ref(pk)}}} already exists\")")
             L.append(f"    row = {{{e.pk!r}: {ref(pk)}}}")

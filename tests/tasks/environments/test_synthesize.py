@@ -192,3 +192,28 @@ def test_parameter_names_that_are_not_ascii_identifiers_reach_the_tool(tmp_path)
         assert not again.ok and "already exists" in again.error, again
         assert env.call("add_note", {quoted: "n10", "title": "t2"}).ok
         assert env.call("get_note", {"note_id": "n10"}).content["title"] == "t2"
+
+
+def test_a_create_whose_id_is_optional_gives_one_when_the_caller_leaves_it_out(tmp_path):
+    """A corpus create tool whose id parameter is optional: the caller may leave the id to the
+    service. The environment then makes one (it failed with `NOT NULL constraint failed` before: a
+    fifth of the 30k build's failed walk calls), and the output carries it for the next call to use;
+    a given id is still taken as given. Run in the sandbox, both tools.py variants (explicit
+    parameters and **params)."""
+    tools = [T("create_ticket", {"ticket_id": {"type": "string"}, "title": {"type": "string"}}, ["title"]),
+             T("get_ticket", {"ticket_id": {"type": "string"}}, ["ticket_id"]),
+             T("add-counter", {"counter-id": {"type": "integer"}, "label": {"type": "string"}}, ["label"])]
+    record = {"domain": "dtickets1", "tools": [t.id for t in tools], "names": [t.name for t in tools], "edges": []}
+    ws = Workspace(tmp_path / "ws")
+    spec = synthesize_domain(ws, record, tools, unsafe=UNSAFE)
+    with Environment.open(ws.domain_dir(spec.id), unsafe=UNSAFE) as env:
+        env.reset()
+        made = env.call("create_ticket", {"title": "printer down"})
+        assert made.ok, made.error
+        new_id = made.content["ticket_id"]
+        assert new_id and env.call("get_ticket", {"ticket_id": new_id}).content["title"] == "printer down"
+        given = env.call("create_ticket", {"ticket_id": "tk-given", "title": "t2"})
+        assert given.ok and given.content["ticket_id"] == "tk-given", given
+        assert not env.call("create_ticket", {"ticket_id": "tk-given", "title": "t3"}).ok  # still one per id
+        counted = env.call("add-counter", {"label": "a"})
+        assert counted.ok and isinstance(counted.content["counter_id"], int), counted  # its column: counter_id
