@@ -185,6 +185,11 @@ def _alternatives_overlap(items: list) -> bool:
 _SAME_ONE = ("not", "if", "then", "else")  # applicators that check the same part of the value
 _SAME_LIST = ("allOf", "anyOf", "oneOf")
 _MISSING = object()
+# The keywords schema_hazard acts on (references, embedded resources, regexes, applicators that
+# check the same part of the value): a schema with none of them has no hazard
+_HAZARD_KEYS = tuple(f'"{k}":'.encode() for k in ("$ref", "$dynamicRef", "$id", "pattern", "patternProperties",
+                                                   "unevaluatedProperties", "dependentSchemas", *_SAME_ONE,
+                                                   *_SAME_LIST))
 
 
 def _resolve(root: dict[str, Any], ref: str, anchors: dict[str, Any]) -> Any:
@@ -222,6 +227,15 @@ def schema_hazard(schema: Any) -> tuple[str, str] | None:
         return None
     if nesting(schema, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
         return "too_deep", f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels"
+    try:
+        text = orjson.dumps(schema)
+    except (TypeError, orjson.JSONEncodeError):
+        text = None
+    if text is not None and not any(k in text for k in _HAZARD_KEYS):
+        # Most tool schemas (a flat object of typed properties): no keyword below occurs anywhere in
+        # it, so nothing can resolve wrongly, loop, fan out or run a regex (the walk would find the
+        # same); orjson writes a key as `"key":` exactly, so a key present is never missed
+        return None
     nodes: dict[int, tuple[str, dict[str, Any]]] = {}  # every subschema met: id -> (path, schema)
     anchors: dict[str, Any] = {}
 

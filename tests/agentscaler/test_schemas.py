@@ -189,3 +189,37 @@ def test_values_nested_too_deeply_are_invalid() -> None:
 def test_nan_and_infinity_are_not_json_values() -> None:
     for v in (float("nan"), [float("inf")], {"x": float("-inf")}):
         assert is_valid(v, {}) is False and "NaN" in errors(v, {})[0]
+
+
+def test_the_fast_path_gives_the_full_walks_verdict(monkeypatch) -> None:
+    """schema_hazard answers None without its walk when none of the keywords it acts on occurs in the
+    schema's JSON (most tool schemas). The verdict is the full walk's on every schema of the test
+    corpora and the hazardous ones above, including keywords met only as property names."""
+    import json
+    from pathlib import Path
+
+    from agentscaler import schemas
+
+    root = Path(__file__).resolve().parents[1] / "data" / "corpora"
+    found: list = [*CYCLIC, {"type": "object", "properties": {"pattern": {"type": "string"}, "if": {}}},
+                   {"properties": {"a": {"$id": "x"}}}, {"type": "string", "pattern": "^(a+)+$"}]
+    for f in sorted(p for p in root.rglob("*") if p.suffix in (".json", ".jsonl")):
+        try:
+            text = f.read_text("utf-8")
+            data = json.loads(text) if f.suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
+        except (UnicodeDecodeError, ValueError):
+            continue
+        stack = [data]
+        while stack:  # every object that looks like a parameter schema, wherever the format keeps it
+            x = stack.pop()
+            if isinstance(x, dict):
+                if isinstance(x.get("properties"), dict) or "$ref" in x:
+                    found.append(x)
+                stack.extend(x.values())
+            elif isinstance(x, list):
+                stack.extend(x)
+    assert len(found) > 40
+    fast = [schemas.schema_hazard(s) for s in found]
+    monkeypatch.setattr(schemas, "_HAZARD_KEYS", (b"",))  # b"" is in every text: always the full walk
+    assert fast == [schemas.schema_hazard(s) for s in found]
+    assert sum(h is not None for h in fast) >= len(CYCLIC)
