@@ -144,7 +144,6 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
             return fail_all("load", f"{type(exc).__name__}: {exc}")
         # no sandbox at all (missing isolation, worker did not start): the machine, not the domain
         raise TransientError(f"sandbox unavailable for {domain_dir.name}: {type(exc).__name__}: {exc}") from exc
-    rng = random.Random(f"validate:{spec.id}:{seed}")
     quality_report: dict[str, Any] = {}
     # a caller-given new key only helps a tool that creates (its plan says so when one exists)
     creates = {n: p.get("action") == "create" for n, p in ((spec.report or {}).get("plans") or {}).items()
@@ -180,7 +179,7 @@ def validate_environment(domain_dir: Path, spec: DomainSpec | None = None, tries
             for (t, _args), (results, image) in zip(batch, got):
                 r, res = per[t.name], results[0]
                 r["calls"] += 1
-                changed = image is not None and oracle.hash(image) != seed_hash
+                changed = oracle.hash(image) != seed_hash  # replay(images=True): every episode has its image
                 if res.ok:
                     r["runs"] = True
                     if t.kind == "write" or not is_empty(res.content):
