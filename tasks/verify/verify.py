@@ -40,9 +40,12 @@ Outputs under rollouts/<run-id>/: verified.jsonl (one verdict row per trajectory
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gc
 import json
+import mmap
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -385,7 +388,9 @@ class Part:
 
     lines: list[int] = field(default_factory=list)  # the line number of each readable line
     rows: list[dict[str, Any]] = field(default_factory=list)  # its verified.jsonl row
-    out: list[bytes] = field(default_factory=list)  # the line with its verdict
+    # the line with its verdict: whole, or (cut, length, tail): the first `cut` of the `length`
+    # bytes the line had as read, then tail (what crosses from a shard process is the verdicts)
+    out: list[bytes | tuple[int, int, bytes]] = field(default_factory=list)
     judged: list[tuple[list[str], str, bool, str]] = field(default_factory=list)  # see summarize
     results: list[tuple[tuple, dict[str, Any]]] = field(default_factory=list)  # (order key, pass^k row)
     unreadable: list[tuple[int, str]] = field(default_factory=list)
@@ -425,7 +430,7 @@ def verify_part(ws: Workspace, path: Path, max_repeats: int = MAX_REPEATS, repla
         verdicts = [t.verdict.model_dump() if t.verdict else None for t in trajs]  # dumped once, used twice
         part.rows = [{"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain, "trial": t.trial,
                       "verdict": v} for t, v in zip(trajs, verdicts)]
-        part.out = [_with_verdict(t, raw, v) for t, raw, v in zip(trajs, raws, verdicts)]
+        part.out = [_verdict_out(t, raw, v) for t, raw, v in zip(trajs, raws, verdicts)]
         # Freed here, by reference counting, while the collector is still off: enabled with them
         # alive, its first young collection would walk every object the run made (a quarter of
         # the verifier's time on 3,000 real trajectories).
@@ -477,8 +482,14 @@ def _verify_run(ws: Workspace, run_id: str | None, max_repeats: int, embed: bool
     atomic_write_jsonl(run_dir / "verified.jsonl", [parts[p].rows[j] for _, p, j in order])
     embedded = False
     if embed and not _run_locked(run_dir):
-        atomic_write_bytes(path, b"".join(parts[p].out[j] for _, p, j in order))
-        embedded = True
+        # mapped, not read: the lines go from the page cache to the new file without a copy here
+        with open(path, "rb") as fh, (mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                                      if os.fstat(fh.fileno()).st_size else contextlib.nullcontext(b"")) as data:
+            chunks = _embedded(data, [(ln, parts[p].out[j]) for ln, p, j in order])
+            if chunks is not None:  # None: the lines changed since they were read (verified.jsonl has the verdicts)
+                atomic_write_bytes(path, chunks)
+                embedded = True
+            del chunks  # its slices of the mapping, before the mapping closes
     unreadable = [text for _, text in sorted(x for part in parts for x in part.unreadable)]
     report.update(run_id=run_id, unreadable=len(unreadable), unreadable_examples=unreadable[:20],
                   embedded_in_trajectories=embedded,
@@ -494,7 +505,42 @@ VERDICT_KEY = b',"verdict":'
 
 
 def _with_verdict(traj: Trajectory, line: bytes | None, verdict: Any = ...) -> bytes:
-    """The trajectory's line with its verdict (`verdict`: its model_dump(), when the caller has it).
+    """The trajectory's line with its verdict (`verdict`: its model_dump(), when the caller has it):
+    _verdict_out's line, whole."""
+    out = _verdict_out(traj, line, verdict)
+    return out if isinstance(out, bytes) else line[:out[0]] + out[2]  # type: ignore[index]
+
+
+def _embedded(data: bytes | mmap.mmap, outs: list[tuple[int, bytes | tuple[int, int, bytes]]]) -> list[Any] | None:
+    """The trajectories file `data` rewritten as chunks (slices of it, and the new bytes): the
+    verified lines (line number, _verdict_out's value; in line order) with their verdicts, the other
+    lines left out, as before. None when a line is not the one that was read (its length, or the
+    verdict key at the cut): the file changed in between."""
+    view = memoryview(data)
+    chunks: list[Any] = []
+    pos, lineno, key = 0, 1, len(VERDICT_KEY)
+    for ln, out in outs:
+        while lineno < ln:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                return None
+            pos, lineno = nl + 1, lineno + 1
+        nl = data.find(b"\n", pos)
+        end = len(data) if nl < 0 else nl + 1
+        if isinstance(out, tuple):
+            cut, length, tail = out
+            if end - pos != length or view[pos + cut:pos + cut + key] != VERDICT_KEY:
+                return None
+            chunks += (view[pos:pos + cut], tail)
+        else:
+            chunks.append(out)
+        pos, lineno = end, lineno + 1
+    return chunks
+
+
+def _verdict_out(traj: Trajectory, line: bytes | None, verdict: Any = ...) -> bytes | tuple[int, int, bytes]:
+    """The trajectory's line with its verdict (`verdict`: its model_dump(), when the caller has it),
+    as (cut, length, tail) where the verdict is put into the line (below), else the whole line.
 
     A line (read by orjson: valid JSON) that names "verdict" once, as `,"verdict":` followed by
     bytes that parse as one JSON value up to the line's closing `}`, gets the new verdict in that
@@ -517,7 +563,7 @@ def _with_verdict(traj: Trajectory, line: bytes | None, verdict: Any = ...) -> b
                 except orjson.JSONDecodeError:
                     pass
                 else:
-                    return body[:at] + VERDICT_KEY + orjson.dumps(verdict) + b"}\n"
+                    return at, len(line), VERDICT_KEY + orjson.dumps(verdict) + b"}\n"
             return orjson.dumps({**orjson.loads(line), "verdict": verdict}) + b"\n"
         except (TypeError, orjson.JSONEncodeError):
             pass  # a value of the verdict's diff orjson will not encode: the model's own encoder
@@ -619,7 +665,8 @@ def _verify_all(ws: Workspace, trajs: list[Trajectory], max_repeats: int, replay
                for i, t in enumerate(trajs) if t.domain not in known]
     t0 = time.perf_counter()
     try:
-        domains = sorted(by_domain)
+        # the largest domains first, so that no large one is left to run alone at the end
+        domains = sorted(by_domain, key=lambda d: (-len(by_domain[d]), d))
         rep.prefetch(domains)  # their sandbox workers start in the background, in this order
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
             done = (pool.map if threads > 1 and len(domains) > 1 else map)(
@@ -632,6 +679,7 @@ def _verify_all(ws: Workspace, trajs: list[Trajectory], max_repeats: int, replay
     finally:
         if own:
             rep.close()
+    results.sort(key=lambda x: x[0])  # unknown domains first, then by domain, each in the given order
     return counts, failed_domains, results, time.perf_counter() - t0
 
 

@@ -196,6 +196,33 @@ def test_a_verdict_put_into_the_line_gives_the_object_a_full_rewrite_gives(run: 
         assert out[:cut] == line[:cut] and out[cut:] == b',"verdict":' + orjson.dumps(t.verdict.model_dump()) + b"}\n"
 
 
+
+def test_verdicts_go_back_into_the_file_as_read_or_not_at_all(run: list[Trajectory]) -> None:
+    """The rewrite is built from the file (the verdicts alone cross from a shard): the verified
+    lines with their verdicts, in order, unverified lines left out; a line that changed since it
+    was read (another length, no verdict key at the cut) stops the rewrite instead of corrupting it."""
+    from agentscaler.models import Verdict
+    from tasks.verify.verify import _embedded, _verdict_out, _with_verdict
+
+    lines = [t.model_copy(deep=True, update={"verdict": None}).model_dump_json().encode() + b"\n" for t in run[:3]]
+    data = lines[0] + b"{torn\n" + lines[1] + b"\n" + lines[2].rstrip(b"\n")  # line 4 blank, the last unended
+    picked = [(1, run[0], lines[0]), (3, run[1], lines[1]), (5, run[2], lines[2].rstrip(b"\n"))]
+    outs = []
+    for ln, t, line in picked:
+        t = t.model_copy(deep=True, update={"verdict": Verdict(passed=ln != 3)})
+        out = _verdict_out(t, line)
+        assert isinstance(out, tuple)  # our writers' lines: the verdict is put in
+        outs.append((ln, out))
+        assert b"".join(_embedded(line, [(1, out)])) == _with_verdict(t, line)
+    got = b"".join(_embedded(data, outs))
+    assert [json.loads(x)["verdict"]["passed"] for x in got.splitlines()] == [True, False, True]
+    assert got.splitlines()[1][:100] == lines[1][:100]
+    longer = data.replace(lines[1], lines[1][:-2] + b' }\n')  # the same line, one byte longer
+    assert _embedded(longer, outs) is None
+    assert _embedded(data[:len(lines[0])], outs) is None  # lines gone
+    whole = (2, b'{"x":1,"verdict":null}\n')  # a line that was dumped whole goes in as it is
+    assert b"".join(_embedded(data, [outs[0], whole])) == b"".join(_embedded(data, [outs[0]])) + whole[1]
+
 def test_shards_write_what_one_process_writes(ws: Workspace, run: list[Trajectory]) -> None:
     """Two verifier processes (tasks.verify.shards), each with its own sandbox workers, give the
     same verdicts, reason codes, verified.jsonl, embedded trajectories and report as one process,
