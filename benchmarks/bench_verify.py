@@ -389,19 +389,32 @@ def figures(rec, m: dict, label: str, anchor_m: dict | None, anchor_label: str) 
                 f"{'%.2fx' % (ceiling(cpu_v, cpu_s) / ceiling(*a_cpu)) if a_cpu else '-'} | {len(m['open_cpu'])} |")
     if m.get("sharded_walls"):
         k = m["shards"]
-        add(f"replay verification, {k} verifier processes, workers open (main: its one process)",
-            [n / w for w in m["sharded_walls"]], AIM, AIM_VALUE, rate(a, "open_walls") if a else None)
-        add(f"replay verification from nothing, {k} verifier processes (main: its one process)",
+        # the anchor's own processes where its code has them, else its one process (said in the name)
+        both = bool(a and a.get("sharded_walls"))
+        whose = "" if not a else " (anchor: its processes too)" if both else " (anchor: its one process)"
+        add(f"replay verification, {k} verifier processes, workers open{whose}",
+            [n / w for w in m["sharded_walls"]], AIM, AIM_VALUE,
+            ([n / w for w in a["sharded_walls"]] if both else rate(a, "open_walls")) if a else None)
+        add(f"replay verification from nothing, {k} verifier processes{whose}",
             [n / w for w in m["sharded_nothing_s"]], None, None,
-            [a["trajectories"] / s for s in a["nothing_s"]] if a else None)
+            ([n / w for w in a["sharded_nothing_s"]] if both else [a["trajectories"] / s for s in a["nothing_s"]])
+            if a else None)
         sv = statistics.median(c for c, _ in m["sharded_cpu"]) * 1000 / n
         ss = statistics.median(s for _, s in m["sharded_cpu"]) * 1000 / n
-        for name, v in ((f"verifier CPU per trajectory, {k} processes (this one and theirs)", sv),
-                        (f"sandbox CPU per trajectory, {k} processes", ss)):
-            rec.figures.append(Figure(name=name, value=round(v, 3), unit="ms", workload=label, median=round(v, 3)))
-            rows.append(f"| {name} | {v:.3f} ms | - | - | {len(m['sharded_cpu'])} |")
+        av = statistics.median(c for c, _ in a["sharded_cpu"]) * 1000 / n if both else None
+        as_ = statistics.median(s for _, s in a["sharded_cpu"]) * 1000 / n if both else None
+        for name, v, anc in ((f"verifier CPU per trajectory, {k} processes (this one and theirs)", sv, av),
+                             (f"sandbox CPU per trajectory, {k} processes", ss, as_)):
+            rec.figures.append(Figure(name=name, value=round(v, 3), unit="ms", workload=label, median=round(v, 3),
+                                      anchor=Anchor(value=round(anc, 3), unit="ms", kind="measured",
+                                                    source=anchor_label) if anc else None,
+                                      ratio_to_anchor=round(v / anc, 2) if anc else None))
+            rows.append(f"| {name} | {v:.3f} ms | {'%.3f ms' % anc if anc else '-'} | "
+                        f"{'%.2fx' % (v / anc) if anc else '-'} | {len(m['sharded_cpu'])} |")
+        ceil_a = 2000 / (av + as_) if both else None
         rows.append(f"| CPU ceiling on 2 idle cores, {k} processes (all CPU over 2 cores; derived, not timed) | "
-                    f"{2000 / (sv + ss):,.0f}/s | - | - | {len(m['sharded_cpu'])} |")
+                    f"{2000 / (sv + ss):,.0f}/s | {'%s/s' % format(round(ceil_a), ',') if ceil_a else '-'} | "
+                    f"{'%.2fx' % (2000 / (sv + ss) / ceil_a) if ceil_a else '-'} | {len(m['sharded_cpu'])} |")
     rec.figures.append(Figure(name="opening every domain's sandbox worker", value=round(m["open_s"], 2), unit="s",
                               workload=f"{label}: {m['domains']} domains", median=round(m["open_s"], 2),
                               anchor=Anchor(value=round(a["open_s"], 2), unit="s", kind="measured",

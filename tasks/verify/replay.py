@@ -22,6 +22,7 @@ takes about as long as hashing the state it holds).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,16 +90,23 @@ class Replayer:
     PR_SET_PDEATHSIG follow the thread, not the process), so one opened by a caller's short-lived
     thread (a verification's per-domain pool) would be gone at the next use."""
 
-    def __init__(self, ws_domains: Path, envs: dict[str, Environment] | None = None):
+    def __init__(self, ws_domains: Path, envs: dict[str, Environment] | None = None,
+                 open_env: Callable[[str], Environment | None] | None = None):
         self.root = Path(ws_domains)
         self.envs = envs or {}
+        # opens a domain's environment that `envs` lacks, for the caller to keep (a verifier process
+        # whose workers outlive this Replayer); None from it, or no open_env: opened and owned here
+        self.open_env = open_env
         self.domains: dict[str, Future] = {}  # domain -> its DomainReplay, or why it cannot replay
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
     def _open(self, domain: str) -> DomainReplay | str:
         try:
-            return DomainReplay(self.root / domain, self.envs.get(domain))
+            env = self.envs.get(domain)
+            if env is None and self.open_env is not None:
+                env = self.open_env(domain)
+            return DomainReplay(self.root / domain, env)
         except Exception as exc:  # noqa: BLE001 - a domain that cannot replay fails its trajectories, not the run
             return f"{type(exc).__name__}: {exc}"[:300]
 

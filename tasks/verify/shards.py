@@ -22,24 +22,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from agentscaler.workspace import Workspace
 from envs.episode import Environment
 from tasks.verify.replay import OPEN_THREADS, Replayer
 from tasks.verify.verify import MAX_REPEATS, Part, verify_part
 
 DOMAIN = re.compile(rb'"domain":"((?:[^"\\]|\\.)*)"')  # our writers put it before the messages
-
-
-def line_domain(line: bytes) -> str | None:
-    m = DOMAIN.search(line)
-    if m is None:
-        return None
-    try:
-        return orjson.loads(b'"' + m.group(1) + b'"')
-    except orjson.JSONDecodeError:
-        return None
 
 
 def shard_of(line: bytes, n: int) -> int:
@@ -138,14 +126,18 @@ def _serve(conn: Connection, root: str, i: int, n: int) -> None:
 
 def _part(ws: Workspace, path: Path, max_repeats: int, i: int, n: int, envs: dict[str, Environment],
           opener: ThreadPoolExecutor) -> Part:
-    known = set(ws.domain_ids())
-    with open(path, "rb") as fh:
-        mine = {d for line in fh if shard_of(line, n) == i and (d := line_domain(line)) in known}
-    new = sorted(mine - set(envs))
-    for d, env in zip(new, opener.map(lambda d: _open(ws, d), new)):
-        if env is not None:
-            envs[d] = env  # one that cannot open is left to the Replayer, which says why
-    with Replayer(ws.root / "domains", {d: envs[d] for d in mine if d in envs}) as rp:
+    """This process's share of the run at `path`. A domain seen for the first time gets its
+    environment from the process's own long-lived threads (kept in `envs` for later runs), while
+    the Replayer prefetches as it would; no pass over the file ahead of the one that reads it."""
+    def open_env(domain: str) -> Environment | None:
+        env = envs.get(domain)
+        if env is None:
+            env = opener.submit(_open, ws, domain).result()
+            if env is not None:
+                envs[domain] = env  # one that cannot open is left to the Replayer, which says why
+        return env
+
+    with Replayer(ws.root / "domains", envs, open_env) as rp:
         return verify_part(ws, path, max_repeats, rp, take=lambda line: shard_of(line, n) == i)
 
 
