@@ -40,7 +40,6 @@ Outputs under rollouts/<run-id>/: verified.jsonl (one verdict row per trajectory
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import gc
 import json
@@ -482,14 +481,15 @@ def _verify_run(ws: Workspace, run_id: str | None, max_repeats: int, embed: bool
     atomic_write_jsonl(run_dir / "verified.jsonl", [parts[p].rows[j] for _, p, j in order])
     embedded = False
     if embed and not _run_locked(run_dir):
-        # mapped, not read: the lines go from the page cache to the new file without a copy here
-        with open(path, "rb") as fh, (mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                                      if os.fstat(fh.fileno()).st_size else contextlib.nullcontext(b"")) as data:
-            chunks = _embedded(data, [(ln, parts[p].out[j]) for ln, p, j in order])
-            if chunks is not None:  # None: the lines changed since they were read (verified.jsonl has the verdicts)
-                atomic_write_bytes(path, chunks)
-                embedded = True
-            del chunks  # its slices of the mapping, before the mapping closes
+        # mapped, not read: the lines go from the page cache to the new file without a copy here. Not
+        # closed by hand: the mapping goes with its last slice (a failed write's traceback holds some)
+        with open(path, "rb") as fh:
+            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
+        chunks = _embedded(data, [(ln, parts[p].out[j]) for ln, p, j in order])
+        if chunks is not None:  # None: the lines changed since they were read (verified.jsonl has the verdicts)
+            atomic_write_bytes(path, chunks)
+            embedded = True
+        del chunks, data
     unreadable = [text for _, text in sorted(x for part in parts for x in part.unreadable)]
     report.update(run_id=run_id, unreadable=len(unreadable), unreadable_examples=unreadable[:20],
                   embedded_in_trajectories=embedded,

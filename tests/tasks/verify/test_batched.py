@@ -223,6 +223,29 @@ def test_verdicts_go_back_into_the_file_as_read_or_not_at_all(run: list[Trajecto
     whole = (2, b'{"x":1,"verdict":null}\n')  # a line that was dumped whole goes in as it is
     assert b"".join(_embedded(data, [outs[0], whole])) == b"".join(_embedded(data, [outs[0]])) + whole[1]
 
+def test_a_rewrite_that_fails_raises_its_own_error_and_leaves_the_file(ws: Workspace, run: list[Trajectory],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rewrite writes slices of the mapped file: when writing fails part way (a full disk), the
+    caller gets that error (not one about closing the mapping) and the trajectories are untouched."""
+    import errno
+
+    import tasks.verify.verify as verify_module
+
+    d = ws.rollout_dir("full-disk")
+    d.mkdir(parents=True)
+    text = "".join(t.model_dump_json() + "\n" for t in run[:6])
+    (d / TRAJECTORIES).write_text(text)
+
+    def full(path, chunks):
+        next(iter(chunks))  # a first chunk taken, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(verify_module, "atomic_write_bytes", full)
+    with pytest.raises(OSError, match="No space left"):
+        verify_run(ws, "full-disk")
+    assert (d / TRAJECTORIES).read_text() == text
+
+
 def test_shards_write_what_one_process_writes(ws: Workspace, run: list[Trajectory]) -> None:
     """Two verifier processes (tasks.verify.shards), each with its own sandbox workers, give the
     same verdicts, reason codes, verified.jsonl, embedded trajectories and report as one process,
