@@ -41,7 +41,7 @@ from agentscaler.artifacts import TRAJECTORIES, load_scenarios, read_trajectory_
 from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_jsonl  # noqa: E402
 from envs.episode import Environment  # noqa: E402
 from tasks.verify.replay import Replayed, Replayer  # noqa: E402
-from tasks.verify.verify import DomainTools, _with_verdict, check_dialogue, judge  # noqa: E402
+from tasks.verify.verify import DomainTools, _embedded, _verdict_out, check_dialogue, judge  # noqa: E402
 
 
 def parts(ws: Workspace) -> tuple[int, dict[str, float], float]:
@@ -55,8 +55,11 @@ def parts(ws: Workspace) -> tuple[int, dict[str, float], float]:
         clock[0] = now
 
     gc.disable()  # as verify_run
-    rows = list(read_trajectory_rows(ws.rollout_dir(GOLD_RUN) / TRAJECTORIES, share_tools=True))  # as verify_run
-    trajs, raws = [r[1] for r in rows if r[1] is not None], [r[4] for r in rows if r[1] is not None]
+    source = ws.rollout_dir(GOLD_RUN) / TRAJECTORIES
+    rows = list(read_trajectory_rows(source, share_tools=True))  # as verify_run
+    kept = [r for r in rows if r[1] is not None]
+    trajs, raws = [r[1] for r in kept], [r[4] for r in kept]
+    linenos = [int(r[0].rsplit(":", 1)[1]) for r in kept]
     tick("read: orjson parse + validation")
     by: dict[str, list] = {}
     for t in trajs:
@@ -101,12 +104,15 @@ def parts(ws: Workspace) -> tuple[int, dict[str, float], float]:
     atomic_write_jsonl(out / "verified.jsonl", [{"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain,
                                                  "trial": t.trial, "verdict": t.verdict.model_dump()} for t in trajs])
     tick("write verified.jsonl")
-    data = b"".join(_with_verdict(t, raw) for t, raw in zip(trajs, raws))
-    tick("encode the trajectories with verdicts")
-    atomic_write_bytes(out / TRAJECTORIES, data)
+    outs = [_verdict_out(t, raw) for t, raw in zip(trajs, raws)]
+    tick("encode the verdicts")
+    data = source.read_bytes()  # verify_run maps the file instead
+    chunks = _embedded(data, list(zip(linenos, outs)))
+    tick("read the trajectories back + cut them around the verdicts")
+    atomic_write_bytes(out / TRAJECTORIES, chunks)
     tick("write + fsync the trajectories")
     n = len(trajs)
-    del rows, trajs, raws, by, data
+    del rows, kept, trajs, raws, by, outs, chunks, data
     tick("free the run's objects")
     gc.enable()
     return n, dict(cpu), sandbox

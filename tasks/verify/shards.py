@@ -129,12 +129,10 @@ def _part(ws: Workspace, path: Path, max_repeats: int, i: int, n: int, envs: dic
     """This process's share of the run at `path`. A domain seen for the first time gets its
     environment from the process's own long-lived threads (kept in `envs` for later runs), while
     the Replayer prefetches as it would; no pass over the file ahead of the one that reads it."""
-    def open_env(domain: str) -> Environment | None:
-        env = envs.get(domain)
-        if env is None:
-            env = opener.submit(_open, ws, domain).result()
-            if env is not None:
-                envs[domain] = env  # one that cannot open is left to the Replayer, which says why
+    def open_env(domain: str) -> Environment | None:  # the Replayer asks only for domains `envs` lacks
+        env = opener.submit(_open, ws, domain).result()
+        if env is not None:
+            envs[domain] = env  # one that cannot open is left to the Replayer, which says why
         return env
 
     with Replayer(ws.root / "domains", envs, open_env) as rp:

@@ -504,13 +504,6 @@ def _verify_run(ws: Workspace, run_id: str | None, max_repeats: int, embed: bool
 VERDICT_KEY = b',"verdict":'
 
 
-def _with_verdict(traj: Trajectory, line: bytes | None, verdict: Any = ...) -> bytes:
-    """The trajectory's line with its verdict (`verdict`: its model_dump(), when the caller has it):
-    _verdict_out's line, whole."""
-    out = _verdict_out(traj, line, verdict)
-    return out if isinstance(out, bytes) else line[:out[0]] + out[2]  # type: ignore[index]
-
-
 def _embedded(data: bytes | mmap.mmap, outs: list[tuple[int, bytes | tuple[int, int, bytes]]]) -> list[Any] | None:
     """The trajectories file `data` rewritten as chunks (slices of it, and the new bytes): the
     verified lines (line number, _verdict_out's value; in line order) with their verdicts, the other

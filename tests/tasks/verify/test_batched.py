@@ -25,7 +25,7 @@ from tasks.rollouts.gold import gold_trajectory
 from tasks.scenarios.build import build_scenarios
 from tasks.verify.replay import Replayer
 from tasks.verify.shards import Shards
-from tasks.verify.verify import verify_run, verify_trajectories
+from tasks.verify.verify import _embedded, _verdict_out, verify_run, verify_trajectories
 from tests.conftest import load_shop_builder
 from tests.tasks.verify.test_verify import record
 
@@ -158,11 +158,15 @@ def tool_text(t: Trajectory, i: int = 0) -> str:
     return [m for m in t.messages if m["role"] == "tool"][i]["content"]
 
 
+def _with_verdict(t: Trajectory, line: bytes, verdict=...) -> bytes:
+    """The line the rewrite writes for `line` (read as line 1 of a file holding it alone)."""
+    return b"".join(_embedded(line, [(1, _verdict_out(t, line, verdict))]))
+
+
 def test_a_verdict_put_into_the_line_gives_the_object_a_full_rewrite_gives(run: list[Trajectory]) -> None:
-    """_with_verdict splices the verdict into a line that ends in `"verdict":null}` and names no
+    """The verdict is spliced into a line that ends in `"verdict":null}` and names no
     other "verdict"; whatever the line, the result parses to the line's object, verdict replaced."""
     from agentscaler.models import Verdict
-    from tasks.verify.verify import _with_verdict
 
     t = run[0].model_copy(deep=True, update={"verdict": None})
     plain = t.model_dump_json().encode()
@@ -202,7 +206,6 @@ def test_verdicts_go_back_into_the_file_as_read_or_not_at_all(run: list[Trajecto
     lines with their verdicts, in order, unverified lines left out; a line that changed since it
     was read (another length, no verdict key at the cut) stops the rewrite instead of corrupting it."""
     from agentscaler.models import Verdict
-    from tasks.verify.verify import _embedded, _verdict_out, _with_verdict
 
     lines = [t.model_copy(deep=True, update={"verdict": None}).model_dump_json().encode() + b"\n" for t in run[:3]]
     data = lines[0] + b"{torn\n" + lines[1] + b"\n" + lines[2].rstrip(b"\n")  # line 4 blank, the last unended
@@ -213,7 +216,7 @@ def test_verdicts_go_back_into_the_file_as_read_or_not_at_all(run: list[Trajecto
         out = _verdict_out(t, line)
         assert isinstance(out, tuple)  # our writers' lines: the verdict is put in
         outs.append((ln, out))
-        assert b"".join(_embedded(line, [(1, out)])) == _with_verdict(t, line)
+        assert _with_verdict(t, line) == line[:out[0]] + out[2]
     got = b"".join(_embedded(data, outs))
     assert [json.loads(x)["verdict"]["passed"] for x in got.splitlines()] == [True, False, True]
     assert got.splitlines()[1][:100] == lines[1][:100]
@@ -222,6 +225,7 @@ def test_verdicts_go_back_into_the_file_as_read_or_not_at_all(run: list[Trajecto
     assert _embedded(data[:len(lines[0])], outs) is None  # lines gone
     whole = (2, b'{"x":1,"verdict":null}\n')  # a line that was dumped whole goes in as it is
     assert b"".join(_embedded(data, [outs[0], whole])) == b"".join(_embedded(data, [outs[0]])) + whole[1]
+
 
 def test_a_rewrite_that_fails_raises_its_own_error_and_leaves_the_file(ws: Workspace, run: list[Trajectory],
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
