@@ -24,17 +24,17 @@ python3 - "$OUT" <<'PY'
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
-rows = ["| ZeRO | GPUs | device | params | seq | micro-batch | tokens/s | tokens/s/GPU | median step (s) | MFU | peak mem (GiB) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|"]
+rows = ["| ZeRO | GPUs | device | params | seq | micro-batch | tokens/s | tokens/s/GPU | median step (s) | MFU | peak mem (GiB) | engine (ZeRO stage engaged) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for z in (2, 3):
     p = out / f"zero{z}.json"
     if not p.exists():
-        rows.append(f"| {z} | failed: see run.log | | | | | | | | | |")
+        rows.append(f"| {z} | failed: see run.log | | | | | | | | | | |")
         continue
     r = json.loads(p.read_text())
     rows.append(f"| {z} | {r['gpus']} | {r['device']} | {r['parameters']/1e9:.2f}B | {r['seq_len']} | {r['micro_batch']} "
                 f"| {r['tokens_per_s']:.0f} | {r['tokens_per_s_per_gpu']:.0f} | {r['median_step_s']:.3f} "
-                f"| {100*r['mfu']:.1f}% | {r['peak_memory_gib']:.1f} |")
+                f"| {100*r['mfu']:.1f}% | {r['peak_memory_gib']:.1f} | {r.get('engine')} ({r.get('zero_stage_engaged')}, {r.get('zero_optimizer')}) |")
 (out / "summary.md").write_text("\n".join(rows) + "\n")
 print("\n".join(rows))
 PY

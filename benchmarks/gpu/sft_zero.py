@@ -1,7 +1,6 @@
 """TRL SFT throughput and MFU on a GPU, through accelerate + DeepSpeed ZeRO-2 or ZeRO-3 (see README.md here).
 
-Not run in this repository yet: no GPU was lent to the session that wrote it. Nothing here is a
-measured figure until a run on a device writes one.
+Measured on a lent H200: benchmarks/results/gpu.md (collect.py records run.sh's results there).
 
 The model is built from `model.json` in this folder (a SmolLM2-1.7B-shaped Llama, random weights:
 throughput and MFU do not depend on the weights), the data are random token sequences of a fixed
@@ -158,6 +157,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          processing_class=word_tokenizer(config.vocab_size), callbacks=[timer])
     torch.cuda.reset_peak_memory_stats()
     trainer.train()
+    engine = trainer.model_wrapped  # DeepSpeedEngine when accelerate engaged DeepSpeed: recorded as evidence
+    zero_engaged = engine.zero_optimization_stage() if hasattr(engine, "zero_optimization_stage") else None
     timed = timer.seconds[args.warmup:]
     tokens_per_step = args.batch * args.grad_accum * args.seq_len * world
     tok_s = tokens_per_step * len(timed) / sum(timed)
@@ -169,7 +170,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "tokens_per_s_per_gpu": tok_s / world, "model_flops_per_token": fpt,
             "mfu": tok_s * fpt / (world * args.peak_tflops * 1e12), "peak_tflops_per_gpu": args.peak_tflops,
             "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
-            "first_loss": next((h["loss"] for h in trainer.state.log_history if "loss" in h), None)}
+            "first_loss": next((h["loss"] for h in trainer.state.log_history if "loss" in h), None),
+            "deepspeed_enabled": bool(trainer.is_deepspeed_enabled), "engine": type(engine).__name__,
+            "zero_stage_engaged": zero_engaged, "zero_optimizer": type(getattr(engine, "optimizer", None)).__name__}
 
 
 def dry_run(args: argparse.Namespace) -> dict[str, Any]:

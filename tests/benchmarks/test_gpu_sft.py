@@ -1,6 +1,6 @@
 """The GPU benchmark's parts that need no GPU: argument parsing, the accelerate/DeepSpeed configs it
 writes (validated by DeepSpeed's own config model), the parameter count on the meta device and the
-FLOP arithmetic of MFU. (The benchmark itself has not run: no GPU was lent; benchmarks/gpu/README.md.)"""
+FLOP arithmetic of MFU. (The benchmark itself runs only on a GPU: benchmarks/results/gpu.md has its figures.)"""
 
 from __future__ import annotations
 
