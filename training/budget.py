@@ -79,6 +79,11 @@ def budget_callback(clock: BudgetClock, eval_every_s: float | None = None) -> An
             if clock.spent():
                 control.should_training_stop = True
                 self.stopped_by_budget = True
+                # The Trainer stepped the scheduler just before this check, a few ms inside the budget;
+                # step it once more so the run ends at the schedule's value for the spent budget (0 for
+                # linear/cosine), not at whatever the last few milliseconds left (CI saw 1.7e-6).
+                if kw.get("lr_scheduler") is not None:
+                    kw["lr_scheduler"].step()
             return control
 
         def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001

@@ -43,6 +43,33 @@ def test_clock_warmup_then_shape_on_the_remaining_time():
     assert not BudgetClock(None).spent()
 
 
+def test_stop_leaves_the_schedule_at_the_spent_budget():
+    """The Trainer steps the scheduler a moment before the callback sees the budget spent (CI once saw
+    1.7e-6 left): on stopping, the callback steps it again, so a linear schedule ends at exactly 0.
+    A real torch scheduler and optimizer on one parameter; only the clock is fake."""
+    import torch
+    from torch.optim.lr_scheduler import LambdaLR
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from training.budget import budget_callback
+
+    now = FakeTime()
+    clock = BudgetClock(budget_s=3.0, now=now)
+    clock.start()
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    sched = LambdaLR(opt, lambda _step: clock.lr_multiplier("linear", 0.0))
+    cb = budget_callback(clock)
+    now.t += 2.999
+    opt.step()
+    sched.step()  # the Trainer's step, just inside the budget
+    assert sched.get_last_lr()[0] == pytest.approx(1e-3 * 0.001 / 3.0)
+    now.t += 0.002  # the callback runs after the budget ran out
+    control = cb.on_step_end(TrainingArguments(output_dir="/tmp/unused", report_to=[]), TrainerState(), TrainerControl(),
+                             lr_scheduler=sched)
+    assert control.should_training_stop and cb.stopped_by_budget
+    assert sched.get_last_lr()[0] == 0.0 and opt.param_groups[0]["lr"] == 0.0
+
+
 def test_curve_reads_train_and_validation_entries():
     hist = [{"step": 1, "loss": 2.0, "elapsed_s": 1.0, "num_tokens": 10.0}, {"step": 1, "eval_loss": 2.5, "elapsed_s": 1.5},
             {"step": 2, "loss": 1.5, "elapsed_s": 2.0, "num_tokens": 20.0}, {"train_runtime": 3.0, "step": 2}]
