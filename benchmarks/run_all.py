@@ -282,7 +282,7 @@ def demo_block(out_dir: Path) -> str:
 
 def gpu_block(out_dir: Path) -> str:
     """The GPU SFT medians from gpu.json (benchmarks/gpu/collect.py, from run.sh's results on a lent GPU)."""
-    from benchmarks.gpu.collect import median_table
+    from benchmarks.gpu.collect import anchor_line, median_table
 
     path = out_dir / "gpu.json"
     if not path.exists():
@@ -292,7 +292,8 @@ def gpu_block(out_dir: Path) -> str:
     runs = d["runs"]
     return (f"Generated from `benchmarks/results/gpu.json` (benchmarks/gpu/, measured {d['date']} on "
             f"{runs[0]['device']}, code at {d['commit']}; {runs[0]['versions']}; {len(runs)} runs, medians; "
-            "details in `benchmarks/results/gpu.md`).\n\n" + median_table(d["medians"]) + "\n")
+            "details in `benchmarks/results/gpu.md`).\n\n" + median_table(d["medians"]) + "\n"
+            + (f"\n{anchor_line(d['cpu_anchor'], d['medians'])}\n" if d.get("cpu_anchor") else ""))
 
 
 def replace_between(text: str, start: str, end: str, body: str) -> str:

@@ -245,23 +245,24 @@ def test_scaling_curve_joins_the_closed_loop_block(tmp_path):
     assert "![scaling curve](scaling.png)" in block and "# Environment-scaling" not in block
 
 
-def _gpu_run(folder: Path, tokens: dict[int, float], engaged: bool) -> None:
+def _gpu_run(folder: Path, tokens: dict[int, float], engaged: bool, tag: str = "", params: float = 1.7e9) -> None:
     """A run folder in the shape benchmarks/gpu/run.sh leaves (figures made up: this tests the aggregation)."""
-    folder.mkdir(parents=True)
-    (folder / "run.log").write_text("name, memory.total [MiB], driver_version\nNVIDIA H200, 143771 MiB, 580\n"
-                                    "torch 2.11 transformers 5.17 trl 1.16 deepspeed 0.19.8 accelerate 1.15\nRESULT {}\n")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{tag}run.log").write_text("name, memory.total [MiB], driver_version\nNVIDIA H200, 143771 MiB, 580\n"
+                                          "torch 2.11 transformers 5.17 trl 1.16 deepspeed 0.19.8 accelerate 1.15\n")
     for z, tok in tokens.items():
-        r = {"zero": z, "gpus": 1, "device": "NVIDIA H200", "parameters": 1.7e9, "seq_len": 2048, "micro_batch": 8,
+        r = {"zero": z, "gpus": 1, "device": "NVIDIA H200", "parameters": params, "seq_len": 2048, "micro_batch": 8,
              "grad_accum": 1, "steps_timed": 25, "median_step_s": 16384 / tok, "tokens_per_s": tok,
              "mfu": tok * 1.1e10 / 989.5e12, "peak_tflops_per_gpu": 989.5, "peak_memory_gib": 60.0 + z}
         if engaged:
             r.update(engine="DeepSpeedEngine", zero_stage_engaged=z, zero_optimizer=f"Opt{z}")
-        (folder / f"zero{z}.json").write_text(json.dumps(r))
+        (folder / f"{tag}zero{z}.json").write_text(json.dumps(r))
 
 
 def test_gpu_block_from_collected_runs_or_not_measured(tmp_path):
-    """benchmarks/gpu/collect.py reduces run folders to medians (engagement counted only where recorded);
-    the README's GPU block renders them, or says "Not measured" without gpu.json."""
+    """benchmarks/gpu/collect.py reduces run folders to medians per setting (read from the results, so a
+    second model's tagged files stay apart; engagement counted only where recorded); the README's GPU
+    block renders them, or says "Not measured" without gpu.json; a quoted CPU anchor gets its ratios."""
     from benchmarks.gpu import collect
 
     readme = tmp_path / "README.md"
@@ -269,19 +270,31 @@ def test_gpu_block_from_collected_runs_or_not_measured(tmp_path):
     run_all.rebuild(out_dir=tmp_path, readme=readme)
     block = readme.read_text().split(run_all.MARKERS["gpu"][0])[1].split(run_all.MARKERS["gpu"][1])[0]
     assert "Not measured" in block and "99% MFU" not in block
-    _gpu_run(tmp_path / "runs" / "1", {2: 30000.0, 3: 20000.0}, engaged=False)
-    _gpu_run(tmp_path / "runs" / "2", {2: 32000.0}, engaged=True)  # ZeRO-3 failed in this run: no zero3.json
-    _gpu_run(tmp_path / "runs" / "3", {2: 31000.0, 3: 28000.0}, engaged=True)
-    collect.main([str(tmp_path / "runs" / n) for n in "123"] + ["--date", "2026-12-04", "--commit", "abc1234",
-                                                                 "--out", str(tmp_path)])
+    runs = tmp_path / "runs"
+    _gpu_run(runs / "1", {2: 30000.0, 3: 20000.0}, engaged=False)
+    _gpu_run(runs / "2", {2: 32000.0}, engaged=True)  # ZeRO-3 failed in this run: no zero3.json
+    _gpu_run(runs / "3", {2: 31000.0, 3: 28000.0}, engaged=True)
+    _gpu_run(runs / "3", {2: 100000.0}, engaged=True, tag="small-", params=1.35e8)  # a second model, same folder
+    (tmp_path / "scaling.json").write_text(json.dumps({
+        "config": {"batch_size": 1, "grad_accum": 4, "session_length": 5120, "gradient_checkpointing": True,
+                   "torch_threads": 2, "bf16": True},
+        "points": [{"label": "8", "train": {"tokens_per_second": 80.0}}, {"label": "all", "train": {"tokens_per_second": 120.0}},
+                   {"label": "base"}]}))
+    collect.main([str(runs / n) for n in "123"] + ["--date", "2026-12-04", "--commit", "abc1234", "--out", str(tmp_path),
+                                                   "--cpu-anchor", str(tmp_path / "scaling.json")])
     d = json.loads((tmp_path / "gpu.json").read_text())
-    assert d["medians"]["2"]["tokens_per_s"] == 31000.0 and d["medians"]["2"]["runs"] == 3
-    assert d["medians"]["3"]["tokens_per_s"] == 24000.0 and d["medians"]["3"]["runs"] == 2
-    assert d["medians"]["2"]["engagement_recorded"] == 2 and d["medians"]["3"]["zero_stage_engaged"] == [3]
+    big2, big3 = (d["medians"][f"1.70B, seq 2048, micro-batch 8 x accumulation 1, ZeRO-{z}"] for z in (2, 3))
+    small = d["medians"]["0.14B, seq 2048, micro-batch 8 x accumulation 1, ZeRO-2"]
+    assert big2["tokens_per_s"] == 31000.0 and big2["runs"] == 3 and big2["engagement_recorded"] == 2
+    assert big3["tokens_per_s"] == 24000.0 and big3["runs"] == 2 and big3["zero_stage_engaged"] == [3]
+    assert small["tokens_per_s"] == 100000.0 and small["runs"] == 1
+    assert d["cpu_anchor"]["median"] == 100.0 and d["cpu_anchor"]["tokens_per_second"] == {"8": 80.0, "all": 120.0}
     run_all.rebuild(out_dir=tmp_path, readme=readme)
     block = readme.read_text().split(run_all.MARKERS["gpu"][0])[1].split(run_all.MARKERS["gpu"][1])[0]
-    row2 = next(ln for ln in block.splitlines() if ln.startswith("| 2 |"))
+    row2 = next(ln for ln in block.splitlines() if ln.startswith("| 1.70B") and "ZeRO-2" in ln)
     assert "| 31000 | 30000-32000 |" in row2 and "stage 2, Opt2 (recorded in 2 of 3 runs)" in row2
     assert "abc1234" in block and "NVIDIA H200, 143771 MiB, 580" in block
-    assert "| 3 | 2 | 24000 | 20000-28000 |" in block
+    assert "ZeRO-3 | 2 | 24000 | 20000-28000 |" in block
+    # the anchor's ratios are for the small (135M-shaped) settings only
+    assert "median 100 tokens/s" in block and "ZeRO-2: 1,000x" in block and "310x" not in block
     assert "not recorded (field added after this run)" in (tmp_path / "gpu.md").read_text()
