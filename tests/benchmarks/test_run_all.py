@@ -39,6 +39,20 @@ closing words
 """
 
 
+def _block(text: str, name: str) -> str:
+    """What the README holds between a block's markers."""
+    start, end = run_all.MARKERS[name]
+    return text.split(start)[1].split(end)[0]
+
+
+def _rebuilt_block(tmp_path: Path, name: str) -> tuple[Path, str]:
+    """A fresh README rebuilt from tmp_path's results files, and its block `name`."""
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    run_all.rebuild(out_dir=tmp_path, readme=readme)
+    return readme, _block(readme.read_text(), name)
+
+
 def _results(out: Path) -> None:
     rec = Recorder("sample")
     with rec:
@@ -82,7 +96,7 @@ def test_table_regenerated_between_markers(tmp_path):
     assert "999 ms" not in text and "old closed loop" not in text
     for kept in ("intro", "middle text stays", "closing words", *run_all.MARKERS["figures"], *run_all.MARKERS["closed-loop"]):
         assert text.count(kept) == 1, kept
-    figs = text.split(run_all.MARKERS["figures"][0])[1].split(run_all.MARKERS["figures"][1])[0]
+    figs = _block(text, "figures")
     row = next(ln for ln in figs.splitlines() if ln.startswith("| read call"))
     assert "52 us (median 52, p99 115)" in row and "43.3 us (tau2 same run); ratio 1.20x" in row
     slot = next(ln for ln in figs.splitlines() if ln.startswith("| slot use"))
@@ -116,10 +130,7 @@ DEMO = {"wall_s": 1035.2, "finished": "2026-12-02T00:00:03Z", "load": [1.8, 1.8,
 def test_demo_block_from_results_file_or_not_measured(tmp_path):
     """The demo block: "not measured" without demo.json; bench_demo.py's rows (read from a demo workspace's
     reports/demo.json, written here by hand in the shape flows/demo.py writes) once it exists."""
-    readme = tmp_path / "README.md"
-    readme.write_text(README)
-    run_all.rebuild(out_dir=tmp_path, readme=readme)
-    block = readme.read_text().split(run_all.MARKERS["demo"][0])[1].split(run_all.MARKERS["demo"][1])[0]
+    readme, block = _rebuilt_block(tmp_path, "demo")
     assert "Not measured at " in block and "18 min 54 s" not in block
     ws = tmp_path / "ws"
     (ws / "reports").mkdir(parents=True)
@@ -130,7 +141,7 @@ def test_demo_block_from_results_file_or_not_measured(tmp_path):
     assert p.returncode == 0, p.stderr
     run_all.rebuild(out_dir=out, readme=readme)
     text = readme.read_text()
-    block = text.split(run_all.MARKERS["demo"][0])[1].split(run_all.MARKERS["demo"][1])[0]
+    block = _block(text, "demo")
     assert "Not measured" not in block and "benchmarks/results/demo.json" in block
     rows = {ln.split("|")[1].strip(): ln.split("|")[2].strip() for ln in block.splitlines() if ln.startswith("| demo")}
     assert rows["demo, end to end (wall)"].startswith("1,035 s (aim") and "**not met**" in rows["demo, end to end (wall)"]
@@ -138,7 +149,7 @@ def test_demo_block_from_results_file_or_not_measured(tmp_path):
     assert rows["demo funnel: trajectories, gold replay"] == "256" and rows["demo funnel: SFT rows, agent experience"] == "0"
     trained = next(v for k, v in rows.items() if k.startswith("demo evaluation, trained model: pass^1 on 3"))
     assert trained == "16.7 %"
-    figs = text.split(run_all.MARKERS["figures"][0])[1].split(run_all.MARKERS["figures"][1])[0]
+    figs = _block(text, "figures")
     assert "demo funnel" not in figs  # rendered once, in its own block
 
 
@@ -265,10 +276,7 @@ def test_gpu_block_from_collected_runs_or_not_measured(tmp_path):
     block renders them, or says "Not measured" without gpu.json; a quoted CPU anchor gets its ratios."""
     from benchmarks.gpu import collect
 
-    readme = tmp_path / "README.md"
-    readme.write_text(README)
-    run_all.rebuild(out_dir=tmp_path, readme=readme)
-    block = readme.read_text().split(run_all.MARKERS["gpu"][0])[1].split(run_all.MARKERS["gpu"][1])[0]
+    readme, block = _rebuilt_block(tmp_path, "gpu")
     assert "Not measured" in block and "99% MFU" not in block
     runs = tmp_path / "runs"
     _gpu_run(runs / "1", {2: 30000.0, 3: 20000.0}, engaged=False)
@@ -290,7 +298,7 @@ def test_gpu_block_from_collected_runs_or_not_measured(tmp_path):
     assert small["tokens_per_s"] == 100000.0 and small["runs"] == 1
     assert d["cpu_anchor"]["median"] == 100.0 and d["cpu_anchor"]["tokens_per_second"] == {"8": 80.0, "all": 120.0}
     run_all.rebuild(out_dir=tmp_path, readme=readme)
-    block = readme.read_text().split(run_all.MARKERS["gpu"][0])[1].split(run_all.MARKERS["gpu"][1])[0]
+    block = _block(readme.read_text(), "gpu")
     row2 = next(ln for ln in block.splitlines() if ln.startswith("| 1.70B") and "ZeRO-2" in ln)
     assert "| 31000 | 30000-32000 |" in row2 and "stage 2, Opt2 (recorded in 2 of 3 runs)" in row2
     assert "abc1234" in block and "NVIDIA H200, 143771 MiB, 580" in block
