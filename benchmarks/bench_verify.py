@@ -358,32 +358,35 @@ def figures(rec, m: dict, label: str, anchor_m: dict | None, anchor_label: str) 
     a = anchor_m
     add("replay verification, workers open (cold caches)", rate(m, "open_walls"), AIM, AIM_VALUE,
         rate(a, "open_walls") if a else None)
-    add("replay verification from nothing (opens every worker)", [n / s for s in m["nothing_s"]], None, None,
-        [a["trajectories"] / s for s in a["nothing_s"]] if a else None)
+    add("replay verification from nothing (opens every worker)", rate(m, "nothing_s"), None, None,
+        rate(a, "nothing_s") if a else None)
     add("static checks alone (no replay)", rate(m, "static_s"), None, None, rate(a, "static_s") if a else None)
     add("replay only, a fresh sandbox child per trajectory (sample)", [k / s for k, s in m["fresh"]], None, None,
         [k / s for k, s in a["fresh"]] if a else None)
-    cpu_v = statistics.median(c for c, _ in m["open_cpu"]) * 1000 / n
-    cpu_s = statistics.median(s for _, s in m["open_cpu"]) * 1000 / n
-    cpu_static = statistics.median(m["static_cpu"]) * 1000 / n
-    for name, v, av in (("static checks alone: CPU per trajectory", cpu_static,
-                         statistics.median(a["static_cpu"]) * 1000 / n if a else None),
-                        ("verifier CPU per trajectory (workers open)", cpu_v,
-                         statistics.median(c for c, _ in a["open_cpu"]) * 1000 / n if a else None),
-                        ("sandbox CPU per trajectory (workers open)", cpu_s,
-                         statistics.median(s for _, s in a["open_cpu"]) * 1000 / n if a else None)):
+    def cpu_ms(ms: dict, key: str) -> tuple[float, float]:
+        """(verifier, sandbox) median CPU ms per trajectory of the (verifier s, sandbox s) samples at `key`."""
+        return (statistics.median(c for c, _ in ms[key]) * 1000 / n, statistics.median(s for _, s in ms[key]) * 1000 / n)
+
+    def ms_row(name: str, v: float, av: float | None, samples: int) -> None:
         rec.figures.append(Figure(name=name, value=round(v, 3), unit="ms", workload=label, median=round(v, 3),
                                   anchor=Anchor(value=round(av, 3), unit="ms", kind="measured", source=anchor_label)
                                   if av else None, ratio_to_anchor=round(v / av, 2) if av else None))
         rows.append(f"| {name} | {v:.3f} ms | {'%.3f ms' % av if av else '-'} | "
-                    f"{'%.2fx' % (v / av) if av else '-'} | {len(m['open_cpu'])} |")
+                    f"{'%.2fx' % (v / av) if av else '-'} | {samples} |")
+
+    cpu_v, cpu_s = cpu_ms(m, "open_cpu")
+    a_cpu = cpu_ms(a, "open_cpu") if a else None
+    cpu_static = statistics.median(m["static_cpu"]) * 1000 / n
+    for name, v, av in (("static checks alone: CPU per trajectory", cpu_static,
+                         statistics.median(a["static_cpu"]) * 1000 / n if a else None),
+                        ("verifier CPU per trajectory (workers open)", cpu_v, a_cpu[0] if a_cpu else None),
+                        ("sandbox CPU per trajectory (workers open)", cpu_s, a_cpu[1] if a_cpu else None)):
+        ms_row(name, v, av, len(m["open_cpu"]))
     # What the CPU rows allow on 2 idle cores (the verifier is one process: it cannot go faster
     # than its own CPU; verifier and sandbox together share the two cores). Derived, not timed.
     def ceiling(v: float, s: float) -> float:
         return 1000 / max(v, (v + s) / 2)
 
-    a_cpu = (statistics.median(c for c, _ in a["open_cpu"]) * 1000 / n,
-             statistics.median(s for _, s in a["open_cpu"]) * 1000 / n) if a else None
     rows.append(f"| CPU ceiling on 2 idle cores (derived from the two CPU rows, not timed) | "
                 f"{ceiling(cpu_v, cpu_s):,.0f}/s | {'%s/s' % format(round(ceiling(*a_cpu)), ',') if a_cpu else '-'} | "
                 f"{'%.2fx' % (ceiling(cpu_v, cpu_s) / ceiling(*a_cpu)) if a_cpu else '-'} | {len(m['open_cpu'])} |")
@@ -392,25 +395,14 @@ def figures(rec, m: dict, label: str, anchor_m: dict | None, anchor_label: str) 
         # the anchor's own processes where its code has them, else its one process (said in the name)
         both = bool(a and a.get("sharded_walls"))
         whose = "" if not a else " (anchor: its processes too)" if both else " (anchor: its one process)"
-        add(f"replay verification, {k} verifier processes, workers open{whose}",
-            [n / w for w in m["sharded_walls"]], AIM, AIM_VALUE,
-            ([n / w for w in a["sharded_walls"]] if both else rate(a, "open_walls")) if a else None)
-        add(f"replay verification from nothing, {k} verifier processes{whose}",
-            [n / w for w in m["sharded_nothing_s"]], None, None,
-            ([n / w for w in a["sharded_nothing_s"]] if both else [a["trajectories"] / s for s in a["nothing_s"]])
-            if a else None)
-        sv = statistics.median(c for c, _ in m["sharded_cpu"]) * 1000 / n
-        ss = statistics.median(s for _, s in m["sharded_cpu"]) * 1000 / n
-        av = statistics.median(c for c, _ in a["sharded_cpu"]) * 1000 / n if both else None
-        as_ = statistics.median(s for _, s in a["sharded_cpu"]) * 1000 / n if both else None
-        for name, v, anc in ((f"verifier CPU per trajectory, {k} processes (this one and theirs)", sv, av),
-                             (f"sandbox CPU per trajectory, {k} processes", ss, as_)):
-            rec.figures.append(Figure(name=name, value=round(v, 3), unit="ms", workload=label, median=round(v, 3),
-                                      anchor=Anchor(value=round(anc, 3), unit="ms", kind="measured",
-                                                    source=anchor_label) if anc else None,
-                                      ratio_to_anchor=round(v / anc, 2) if anc else None))
-            rows.append(f"| {name} | {v:.3f} ms | {'%.3f ms' % anc if anc else '-'} | "
-                        f"{'%.2fx' % (v / anc) if anc else '-'} | {len(m['sharded_cpu'])} |")
+        add(f"replay verification, {k} verifier processes, workers open{whose}", rate(m, "sharded_walls"), AIM,
+            AIM_VALUE, rate(a, "sharded_walls" if both else "open_walls") if a else None)
+        add(f"replay verification from nothing, {k} verifier processes{whose}", rate(m, "sharded_nothing_s"), None,
+            None, rate(a, "sharded_nothing_s" if both else "nothing_s") if a else None)
+        sv, ss = cpu_ms(m, "sharded_cpu")
+        av, as_ = cpu_ms(a, "sharded_cpu") if both else (None, None)
+        ms_row(f"verifier CPU per trajectory, {k} processes (this one and theirs)", sv, av, len(m["sharded_cpu"]))
+        ms_row(f"sandbox CPU per trajectory, {k} processes", ss, as_, len(m["sharded_cpu"]))
         ceil_a = 2000 / (av + as_) if both else None
         rows.append(f"| CPU ceiling on 2 idle cores, {k} processes (all CPU over 2 cores; derived, not timed) | "
                     f"{2000 / (sv + ss):,.0f}/s | {'%s/s' % format(round(ceil_a), ',') if ceil_a else '-'} | "
