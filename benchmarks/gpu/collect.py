@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE.parents[0] / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.results_io import RESULTS  # noqa: E402  (AGENTSCALER_BENCH_RESULTS as every benchmark)
+
 SMALL_MODEL = 2e8  # parameters: settings below this are the 135M shape the CPU anchor trains
 
 
