@@ -389,25 +389,37 @@ def test_killed_worker_leaves_failed_domains_that_retry_builds_once(prod):
     # A domain builds in well under a second, so a row seen running may be done before a kill lands.
     # Stop the flow run's own process first (a stopped process writes nothing), then read its row
     # again: still running means the kill below cannot race the build; done means let it go on and
-    # wait for w2's next domain.
-    victim = None
+    # wait for w2's next domain. w1's batch runs are stopped as soon as seen and let go once the
+    # victim is found: w1 then stays busy, so w2 takes every later batch (CI saw w1 take them all).
+    victim, held = None, []
     deadline = time.monotonic() + 300
-    while victim is None and time.monotonic() < deadline and build.poll() is None:
-        rows = [r for r in catalog.domains() if (r["worker"] or "").startswith("w2@") and r["status"] == "running"]
-        for row in rows:
-            pid = int(row["worker"].rsplit(":", 1)[1])
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                continue
-            now = {r["domain"]: r for r in catalog.domains()}[row["domain"]]
-            if now["status"] == "running" and now["worker"] == row["worker"]:
-                victim = row
-                os.kill(pid, signal.SIGKILL)
-                break
-            os.kill(pid, signal.SIGCONT)
-        time.sleep(0.02)
-    assert victim is not None, "w2 never started a domain that was still running when stopped"
+    try:
+        while victim is None and time.monotonic() < deadline and build.poll() is None:
+            running = [r for r in catalog.domains() if r["status"] == "running" and r["worker"]]
+            for row in running:
+                pid = int(row["worker"].rsplit(":", 1)[1])
+                if row["worker"].startswith("w1@") and pid not in held:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGSTOP)
+                        held.append(pid)
+            for row in [r for r in running if r["worker"].startswith("w2@")]:
+                pid = int(row["worker"].rsplit(":", 1)[1])
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    continue
+                now = {r["domain"]: r for r in catalog.domains()}[row["domain"]]
+                if now["status"] == "running" and now["worker"] == row["worker"]:
+                    victim = row
+                    os.kill(pid, signal.SIGKILL)
+                    break
+                os.kill(pid, signal.SIGCONT)
+            time.sleep(0.02)
+    finally:
+        for pid in held:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert victim is not None, f"w2 never started a domain that was still running when stopped (w1 held: {held})"
     stop(prod["workers"]["w2"], sig=signal.SIGKILL)
     out, err = build.communicate(timeout=400)
     assert build.returncode == 0, err[-3000:]
