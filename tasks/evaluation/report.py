@@ -482,14 +482,15 @@ def scaling_markdown(out: dict[str, Any]) -> str:
                  "evenly over its domains, so points differ in domains, not in how much data they train on."
                  if cfg.get("scaling_conversations") else
                  "; each point trains on all of its domains' rows (more domains, more data).")), "",
-             "| train domains | conversations (train) | pass^1 | single-call | multi-call | right first tool | train loss (last) |",
-             "|---|---|---|---|---|---|---|"]
+             "| train domains | conversations (train) | pass^1 | single-call | multi-call | right first tool | train loss (last) "
+             "| epochs |",
+             "|---|---|---|---|---|---|---|---|"]
     for p in out["points"]:
         conv = (p.get("export") or {}).get("conversations_by_origin") or {}
-        d = p.get("diagnostics") or {}
+        d, train = p.get("diagnostics") or {}, p.get("train") or {}
         lines.append(f"| {p['label']} | {sum((conv.get('train') or {}).values()) if conv else 0} | {_interval(p['pass^1'])} "
                      f"| {_interval(p['single_call'])} | {_interval(p['multi_call'])} | {d.get('right_first_tool')} "
-                     f"| {_t((p.get('train') or {}).get('last_loss'), 3)} |")
+                     f"| {_t(train.get('last_loss'), 3)} | {_t(train.get('epochs'), 2)} |")
     measured = {p["label"].split(" ")[0] for p in out["points"]}
     missing = [label for label in cfg.get("scaling_points", []) if label not in measured]
     if missing:
@@ -500,8 +501,24 @@ def scaling_markdown(out: dict[str, Any]) -> str:
             lines += ["", f"Point {p['label']}: the checkpoint of the main run of that time ({p.get('model')}), trained "
                       "on the same rows for the same number of steps" + ("; its warmup and cosine learning rate ran "
                       "on the clock instead of on steps." if "clock" in p["checkpoint"] else ".")]
+    lines += scaling_reasons(out["points"])
     lines += ["", f"![scaling curve]({Path(out['figure']).name})", ""]
     return "\n".join(lines)
+
+
+def scaling_reasons(points: list[dict[str, Any]]) -> list[str]:
+    """Failed trials by reason at each curve point: where a point's pass^1 goes (e.g. a model that
+    calls the right tool but never stops fails on repetition and the turn limit, not on the call)."""
+    reasons: Counter[str] = Counter()
+    for p in points:
+        reasons.update(p.get("reasons") or {})
+    if not reasons:
+        return []
+    cols = [r for r, _ in reasons.most_common()]
+    rows = [[p["label"], *[(p.get("reasons") or {}).get(r, 0) if p.get("reasons") is not None else "n/a" for r in cols]]
+            for p in points]
+    return ["", "Failed trials by reason (a trial can fail for several reasons, so a row can sum to more than its "
+            "failed trials):", "", markdown_table(["train domains", *cols], rows)]
 
 
 def markdown_to_html(md: str, title: str) -> str:

@@ -167,6 +167,13 @@ def test_scaling_report_of_a_partial_curve_names_the_missing_points(tmp_path):
                       "scaling_points": ["8", "32", "all", "128"]}}
     md = scaling_markdown(out)
     assert "| 8 | 0 | 5.0 [1.0, 10.0] |" in md and "Not measured: 32, 128 train domains" in md
+    assert "by reason" not in md  # no point recorded its reasons
+    points[1].update(reasons={"call_mismatch": 3, "repetition": 9}, train={"last_loss": 0.02, "epochs": 2.857})
+    points[2]["reasons"] = {"call_mismatch": 5}
+    md = scaling_markdown(out)
+    assert "| 0.020 | 2.86 |" in md
+    assert ("| train domains | repetition | call_mismatch |" in md and "| 0 (base) | n/a | n/a |" in md
+            and "| 8 | 9 | 3 |" in md and "| all (160) | 0 | 5 |" in md)
     assert ("Point all (160): the checkpoint of the main run of that time (smollm2-135m-sft-c4161fd4)" in md
             and "ran on the clock" in md and (tmp_path / "scaling.png").stat().st_size > 1000)
     assert "more domains, more data" in md and "equal data" not in md
