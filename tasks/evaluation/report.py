@@ -501,14 +501,16 @@ def scaling_markdown(out: dict[str, Any]) -> str:
             lines += ["", f"Point {p['label']}: the checkpoint of the main run of that time ({p.get('model')}), trained "
                       "on the same rows for the same number of steps" + ("; its warmup and cosine learning rate ran "
                       "on the clock instead of on steps." if "clock" in p["checkpoint"] else ".")]
-    lines += scaling_reasons(out["points"])
+    lines += scaling_reasons(out["points"], bool(cfg.get("stop_when_failed")))
     lines += ["", f"![scaling curve]({Path(out['figure']).name})", ""]
     return "\n".join(lines)
 
 
-def scaling_reasons(points: list[dict[str, Any]]) -> list[str]:
+def scaling_reasons(points: list[dict[str, Any]], stopped: bool = False) -> list[str]:
     """Failed trials by reason at each curve point: where a point's pass^1 goes (e.g. a model that
-    calls the right tool but never stops fails on repetition and the turn limit, not on the call)."""
+    calls the right tool but never stops fails on repetition and the turn limit, not on the call).
+    `stopped`: trials ended once their failure was settled, so later reasons (the turn limit) were
+    never reached: said under the table, as such counts do not compare with a curve run to the end."""
     reasons: Counter[str] = Counter()
     for p in points:
         reasons.update(p.get("reasons") or {})
@@ -517,8 +519,13 @@ def scaling_reasons(points: list[dict[str, Any]]) -> list[str]:
     cols = [r for r, _ in reasons.most_common()]
     rows = [[p["label"], *[(p.get("reasons") or {}).get(r, 0) if p.get("reasons") is not None else "n/a" for r in cols]]
             for p in points]
-    return ["", "Failed trials by reason (a trial can fail for several reasons, so a row can sum to more than its "
-            "failed trials):", "", markdown_table(["train domains", *cols], rows)]
+    lines = ["", "Failed trials by reason (a trial can fail for several reasons, so a row can sum to more than its "
+             "failed trials):", "", markdown_table(["train domains", *cols], rows)]
+    if stopped:
+        lines += ["", "Trials ended once their failure was settled (`--stop-when-failed`): a stopped trial counts the "
+                  "reasons up to that point, never a later turn limit, so these counts do not compare with those of a "
+                  "curve whose trials ran to their end."]
+    return lines
 
 
 def markdown_to_html(md: str, title: str) -> str:

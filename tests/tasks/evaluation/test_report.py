@@ -173,7 +173,9 @@ def test_scaling_report_of_a_partial_curve_names_the_missing_points(tmp_path):
     md = scaling_markdown(out)
     assert "| 0.020 | 2.86 |" in md
     assert ("| train domains | repetition | call_mismatch |" in md and "| 0 (base) | n/a | n/a |" in md
-            and "| 8 | 9 | 3 |" in md and "| all (160) | 0 | 5 |" in md)
+            and "| 8 | 9 | 3 |" in md and "| all (160) | 0 | 5 |" in md and "stop-when-failed" not in md)
+    out["config"]["stop_when_failed"] = True
+    assert "ended once their failure was settled (`--stop-when-failed`)" in scaling_markdown(out)
     assert ("Point all (160): the checkpoint of the main run of that time (smollm2-135m-sft-c4161fd4)" in md
             and "ran on the clock" in md and (tmp_path / "scaling.png").stat().st_size > 1000)
     assert "more domains, more data" in md and "equal data" not in md
