@@ -485,12 +485,21 @@ def scaling_markdown(out: dict[str, Any]) -> str:
              "| train domains | conversations (train) | pass^1 | single-call | multi-call | right first tool | train loss (last) "
              "| epochs |",
              "|---|---|---|---|---|---|---|---|"]
+    sessions = False
     for p in out["points"]:
-        conv = (p.get("export") or {}).get("conversations_by_origin") or {}
+        export = p.get("export") or {}
+        conv, capped = export.get("conversations_by_origin") or {}, export.get("capped") or {}
+        sessions = sessions or bool(export.get("session_length"))
         d, train = p.get("diagnostics") or {}, p.get("train") or {}
-        lines.append(f"| {p['label']} | {sum((conv.get('train') or {}).values()) if conv else 0} | {_interval(p['pass^1'])} "
+        n = sum((conv.get("train") or {}).values()) if conv else 0
+        spans = f" from {capped['domains_after']} domains" if "domains_after" in capped else ""  # the equal draw's
+        lines.append(f"| {p['label']} | {n}{spans} | {_interval(p['pass^1'])} "
                      f"| {_interval(p['single_call'])} | {_interval(p['multi_call'])} | {d.get('right_first_tool')} "
                      f"| {_t(train.get('last_loss'), 3)} | {_t(train.get('epochs'), 2)} |")
+    if sessions and cfg.get("scaling_conversations"):
+        lines += ["", "Each row joins conversations of one domain into a session (up to the session length in tokens, the "
+                  "domain's prompt once): a point of few domains packs more of its conversations into a row, so with "
+                  "the same steps it sees each of them more often (the epochs column), even on equal data."]
     measured = {p["label"].split(" ")[0] for p in out["points"]}
     missing = [label for label in cfg.get("scaling_points", []) if label not in measured]
     if missing:

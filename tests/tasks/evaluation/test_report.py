@@ -181,3 +181,8 @@ def test_scaling_report_of_a_partial_curve_names_the_missing_points(tmp_path):
     assert "more domains, more data" in md and "equal data" not in md
     out["config"]["scaling_conversations"] = 600
     assert "equal data: each point's train split cut to 600 conversations" in scaling_markdown(out)
+    assert "packs more of its conversations" not in scaling_markdown(out)  # no point joined sessions
+    points[1]["export"] = {"conversations_by_origin": {"train": {"gold-replay": 100}}, "session_length": 5120,
+                           "capped": {"cap": 100, "domains_before": 7, "domains_after": 7}}
+    md = scaling_markdown(out)
+    assert "| 8 | 100 from 7 domains | 5.0 [1.0, 10.0] |" in md and "packs more of its conversations into a row" in md
