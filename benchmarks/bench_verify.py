@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -363,9 +364,13 @@ def figures(rec, m: dict, label: str, anchor_m: dict | None, anchor_label: str) 
     add("static checks alone (no replay)", rate(m, "static_s"), None, None, rate(a, "static_s") if a else None)
     add("replay only, a fresh sandbox child per trajectory (sample)", [k / s for k, s in m["fresh"]], None, None,
         [k / s for k, s in a["fresh"]] if a else None)
+    def per_traj(seconds: Iterable[float]) -> float:
+        """Median CPU ms per trajectory of these samples (CPU seconds of a whole run)."""
+        return statistics.median(seconds) * 1000 / n
+
     def cpu_ms(ms: dict, key: str) -> tuple[float, float]:
         """(verifier, sandbox) median CPU ms per trajectory of the (verifier s, sandbox s) samples at `key`."""
-        return (statistics.median(c for c, _ in ms[key]) * 1000 / n, statistics.median(s for _, s in ms[key]) * 1000 / n)
+        return per_traj(c for c, _ in ms[key]), per_traj(s for _, s in ms[key])
 
     def ms_row(name: str, v: float, av: float | None, samples: int) -> None:
         rec.figures.append(Figure(name=name, value=round(v, 3), unit="ms", workload=label, median=round(v, 3),
@@ -376,9 +381,9 @@ def figures(rec, m: dict, label: str, anchor_m: dict | None, anchor_label: str) 
 
     cpu_v, cpu_s = cpu_ms(m, "open_cpu")
     a_cpu = cpu_ms(a, "open_cpu") if a else None
-    cpu_static = statistics.median(m["static_cpu"]) * 1000 / n
+    cpu_static = per_traj(m["static_cpu"])
     for name, v, av in (("static checks alone: CPU per trajectory", cpu_static,
-                         statistics.median(a["static_cpu"]) * 1000 / n if a else None),
+                         per_traj(a["static_cpu"]) if a else None),
                         ("verifier CPU per trajectory (workers open)", cpu_v, a_cpu[0] if a_cpu else None),
                         ("sandbox CPU per trajectory (workers open)", cpu_s, a_cpu[1] if a_cpu else None)):
         ms_row(name, v, av, len(m["open_cpu"]))
