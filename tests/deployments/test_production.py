@@ -395,15 +395,14 @@ def test_killed_worker_leaves_failed_domains_that_retry_builds_once(prod):
     deadline = time.monotonic() + 300
     try:
         while victim is None and time.monotonic() < deadline and build.poll() is None:
-            running = [r for r in catalog.domains() if r["status"] == "running" and r["worker"]]
-            for row in running:
-                pid = int(row["worker"].rsplit(":", 1)[1])
+            running = [(r, int(r["worker"].rsplit(":", 1)[1])) for r in catalog.domains()
+                       if r["status"] == "running" and r["worker"]]
+            for row, pid in running:
                 if row["worker"].startswith("w1@") and pid not in held:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGSTOP)
                         held.append(pid)
-            for row in [r for r in running if r["worker"].startswith("w2@")]:
-                pid = int(row["worker"].rsplit(":", 1)[1])
+            for row, pid in [(r, p) for r, p in running if r["worker"].startswith("w2@")]:
                 try:
                     os.kill(pid, signal.SIGSTOP)
                 except ProcessLookupError:
