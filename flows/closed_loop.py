@@ -50,7 +50,7 @@ from tasks.discover.config import DiscoverConfig
 from tasks.discover.discover import discover
 from tasks.environments.plan import tool_reading
 from tasks.environments.synthesize import synthesize_all
-from tasks.evaluation.compare import compare
+from tasks.evaluation.compare import compare, curve_differences
 from tasks.evaluation.contamination import check_contamination
 from tasks.evaluation.eval_set import choose_eval_set, eval_set_path, load_eval_set
 from tasks.evaluation.evaluate import eval_path, evaluate, score_unwritten
@@ -599,7 +599,7 @@ def scaling_curve(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any =
 def write_scaling(ws: Workspace, steps: int, points: list[dict[str, Any]], cfg: ClosedLoopConfig) -> dict[str, Any]:
     """reports/scaling.{json,md,png} from the points so far (sorted by domains: they may be asked in any order)."""
     points.sort(key=lambda p: p["domains"])
-    out = {"steps": steps, "points": points, "config": cfg.model_dump(),
+    out = {"steps": steps, "points": points, "config": cfg.model_dump(), "differences": curve_differences(points),
            "figure": str(plot_scaling(points, ws.reports_dir / "scaling.png"))}
     atomic_write_json(ws.reports_dir / "scaling.json", out)
     atomic_write_text(ws.reports_dir / "scaling.md", scaling_markdown(out))
@@ -618,4 +618,6 @@ def _point(ws: Workspace, rep: dict[str, Any]) -> dict[str, Any]:
     return {"run_id": rep["run_id"], "model": rep["model"], "scenarios": rep["scenarios"],
             "pass^1": iv["overall"]["pass^k"]["1"], "single_call": iv["single_call"]["pass^k"]["1"],
             "multi_call": iv["multi_call"]["pass^k"]["1"], "diagnostics": rep.get("diagnostics"),
-            "reasons": rep.get("reasons"), "cost": trajectory_stats(ws, rep["run_id"])}
+            "reasons": rep.get("reasons"), "cost": trajectory_stats(ws, rep["run_id"]),
+            # per scenario [trials, passed]: the curve's paired differences (compare.curve_differences)
+            "scenario_counts": (rep.get("scenario_counts") or {}).get("overall")}

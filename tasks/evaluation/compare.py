@@ -53,6 +53,34 @@ def compare(base: dict[str, Any], trained: dict[str, Any], k: int | None = None)
                     "met": gain >= AIM_POINTS and one["overlap"] is False}}
 
 
+def curve_differences(curve: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Whether a scaling curve rises beyond its noise: pass^1 paired differences (the same scenarios
+    resampled together) of each trained point against the one before it, and of the widest against the
+    narrowest. Points are flows.closed_loop scaling points in domain order, with their per-scenario
+    `scenario_counts`; None when fewer than two trained points have them. The verdict: "rises" when the
+    widest beats the narrowest with an interval above 0 and no step falls with one below 0; "falls"
+    when the widest loses to the narrowest that way; else "mixed" (a step falls) or "flat" (no
+    difference beyond the intervals)."""
+    trained = [p for p in curve if p.get("domains") and p.get("scenario_counts")]
+    if len(trained) < 2:
+        return None
+
+    def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        counts = [{key: (int(n), int(c)) for key, (n, c) in p["scenario_counts"].items()} for p in (a, b)]
+        return {"from": a["label"], "to": b["label"], **paired_difference(counts[0], counts[1], 1)}
+
+    steps = [diff(a, b) for a, b in zip(trained, trained[1:])]
+    span = diff(trained[0], trained[-1])
+    falls = any(s["excludes_zero"] and s["estimate"] < 0 for s in steps)
+    if span["excludes_zero"] and span["estimate"] > 0 and not falls:
+        verdict = "rises"
+    elif span["excludes_zero"] and span["estimate"] < 0:
+        verdict = "falls"
+    else:
+        verdict = "mixed" if falls else "flat"
+    return {"steps": steps, "span": span, "verdict": verdict}
+
+
 def points(x: Any) -> str:
     """A rate in percentage points, one decimal ("n/a" for None)."""
     return "n/a" if x is None else f"{100 * float(x):.1f}"

@@ -510,9 +510,24 @@ def scaling_markdown(out: dict[str, Any]) -> str:
             lines += ["", f"Point {p['label']}: the checkpoint of the main run of that time ({p.get('model')}), trained "
                       "on the same rows for the same number of steps" + ("; its warmup and cosine learning rate ran "
                       "on the clock instead of on steps." if "clock" in p["checkpoint"] else ".")]
+    lines += scaling_differences(out.get("differences"))
     lines += scaling_reasons(out["points"], bool(cfg.get("stop_when_failed")))
     lines += ["", f"![scaling curve]({Path(out['figure']).name})", ""]
     return "\n".join(lines)
+
+
+def scaling_differences(diff: dict[str, Any] | None) -> list[str]:
+    """The curve's paired differences (tasks.evaluation.compare.curve_differences) and its verdict:
+    whether more domains beat fewer beyond the noise of this many scenarios."""
+    if not diff:
+        return []
+    rows = [[f"{d['from']} -> {d['to']}", _interval(d), "yes" if d["excludes_zero"] else "no"]
+            for d in [*diff["steps"], *([diff["span"]] if len(diff["steps"]) > 1 else [])]]
+    return ["", "Paired differences in pass^1 (points, the same scenarios resampled together; the last row, when "
+            "there are more than two trained points, is the widest point against the narrowest):", "",
+            markdown_table(["train domains", "difference", "interval excludes 0"], rows), "",
+            f"Verdict: the curve **{diff['verdict']}** (rises: the widest point beats the narrowest with an interval "
+            "above 0 and no step falls with one below 0)."]
 
 
 def scaling_reasons(points: list[dict[str, Any]], stopped: bool = False) -> list[str]:

@@ -85,3 +85,30 @@ def test_breakdown_and_comparison_by_group_and_length():
     md = markdown(cmp, "base", "sft")
     assert "| single-call (1) | 1 | 0.0 [0.0, 0.0] | 100.0 [100.0, 100.0] | no | 100.0 [100.0, 100.0] |" in md
     assert "no_tool_calls 4" in md and "**not met**" in md
+
+
+def _curve_point(domains: int, passed: set[int], n: int = 60) -> dict:
+    """A scaling point as flows.closed_loop._point keeps it: per scenario [trials, passed] (k = 1)."""
+    return {"domains": domains, "label": str(domains),
+            "scenario_counts": {f"s{i:02d}": [1, int(i in passed)] for i in range(n)}}
+
+
+def test_curve_differences_say_whether_more_domains_beat_fewer_beyond_the_noise():
+    from tasks.evaluation.compare import curve_differences
+
+    base = {"domains": 0, "label": "0 (base)", "scenario_counts": {f"s{i:02d}": [1, 0] for i in range(60)}}
+    rising = [base, _curve_point(8, set(range(5))), _curve_point(32, set(range(15))), _curve_point(128, set(range(30)))]
+    d = curve_differences(rising)
+    assert [(s["from"], s["to"]) for s in d["steps"]] == [("8", "32"), ("32", "128")]  # the base point is not a step
+    assert (d["span"]["from"], d["span"]["to"]) == ("8", "128") and abs(d["span"]["estimate"] - 25 / 60) < 1e-6
+    assert d["span"]["excludes_zero"] and d["verdict"] == "rises"
+    assert curve_differences(rising[::-1][:3] + [base])["verdict"] != "rises"  # order matters: the caller sorts
+    falling = [_curve_point(8, set(range(30))), _curve_point(32, set(range(12)))]
+    assert curve_differences(falling)["verdict"] == "falls"
+    # a small change either way is within the noise of 60 scenarios
+    assert curve_differences([_curve_point(8, set(range(10))), _curve_point(32, set(range(12)))])["verdict"] == "flat"
+    # the widest beats the narrowest, but a step in between falls beyond its interval
+    mixed = [_curve_point(8, set(range(20))), _curve_point(32, set()), _curve_point(128, set(range(35)))]
+    assert curve_differences(mixed)["verdict"] == "mixed"
+    assert curve_differences([base, _curve_point(8, {1})]) is None  # one trained point: no curve
+    assert curve_differences([_curve_point(8, {1}), {"domains": 32, "label": "32"}]) is None  # no counts recorded

@@ -186,3 +186,20 @@ def test_scaling_report_of_a_partial_curve_names_the_missing_points(tmp_path):
                            "capped": {"cap": 100, "domains_before": 7, "domains_after": 7}}
     md = scaling_markdown(out)
     assert "| 8 | 100 from 7 domains | 5.0 [1.0, 10.0] |" in md and "packs more of its conversations into a row" in md
+
+
+def test_scaling_report_shows_the_curves_paired_differences_and_verdict(tmp_path):
+    """Hand-built points with per-scenario counts (the test is about the report's rendering)."""
+    from tasks.evaluation.compare import curve_differences
+    from tasks.evaluation.report import scaling_markdown
+
+    iv = {"estimate": 0.05, "low": 0.01, "high": 0.1}
+    points = [{"domains": d, "label": str(d), "pass^1": iv, "single_call": iv, "multi_call": iv, "diagnostics": {},
+               "scenario_counts": {f"s{i}": [1, int(i < p)] for i in range(50)}} for d, p in ((8, 20), (32, 10), (128, 5))]
+    out = {"steps": 10, "points": points, "figure": str(tmp_path / "scaling.png"), "differences": curve_differences(points),
+           "config": {"scaling_k": 1, "batch_size": 1, "grad_accum": 4, "experience_runs": [], "scaling_points": []}}
+    md = scaling_markdown(out)
+    assert "| 8 -> 32 | -20.0 [" in md and "| 32 -> 128 | -10.0 [" in md and "| 8 -> 128 | -30.0 [" in md
+    assert "Verdict: the curve **falls**" in md
+    out["differences"] = None  # a results file written before the curve kept its counts
+    assert "Paired differences" not in scaling_markdown(out)
