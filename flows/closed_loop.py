@@ -126,6 +126,9 @@ class ClosedLoopConfig(BaseModel):
     eval_every_minutes: float = 15.0
     eval_max_rows: int = 24
     torch_threads: int = 2
+    # a step-sized run's checkpoint every N steps (training/resume.py; not in the run's key: it does not
+    # change what is trained). 10: about 15 minutes of CPU training a point; each save writes ~1.6 GB
+    checkpoint_steps: int = Field(default=10, ge=1)
     engine: str = "llama"  # both models on llama.cpp (GGUF exports), or "hf" for both on transformers
     precision: str = "f16"  # of both GGUF exports (agentscaler.gguf_export)
     seed: int = 0
@@ -339,7 +342,10 @@ def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: l
     conf_path.write_text(yaml.safe_dump(conf))
     log(f"[closed-loop] {name}: training on {_export_brief(export)['rows']} "
         f"({'budget ' + str(cfg.budget_minutes) + ' min' if max_steps is None else str(max_steps) + ' steps'})")
-    result = train_stage(ws, 1, config=conf_path)
+    # step-sized runs save a checkpoint every cfg.checkpoint_steps and one killed before the end (a
+    # session's end) continues from it when the run is started again; budgeted runs start over
+    result = train_stage(ws, 1, config=conf_path, save_steps=cfg.checkpoint_steps if max_steps is not None else None,
+                         resume_key=key if max_steps is not None else None)
     atomic_write_json(key_path, {"key": key})
     return {"export": _export_brief(export), "train": result, "key": key}
 

@@ -29,6 +29,7 @@ from training.budget import BudgetClock, budget_callback, curve
 from training.chat_template import apply_template
 from training.config import StageConfig, load_config
 from training.gguf_convert import convert_smollm2, load_tokenizer
+from training.resume import prior_seconds, remove_checkpoints, resume_point, seconds_saver
 from training.tiny import build_tiny_model
 
 TRAIN_COLUMNS = ["messages", "tools"]
@@ -241,8 +242,10 @@ def train_top_layers(model: Any, n: int) -> int:
     return sum(p.numel() for p in model.parameters() if not p.requires_grad)
 
 
-def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[str, Any]:
-    """Train one stage and write `<out>/final/` and `<out>/result.json`; returns the result."""
+def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None, resume_key: str | None = None) -> dict[str, Any]:
+    """Train one stage and write `<out>/final/` and `<out>/result.json`; returns the result.
+    `resume_key` (training/resume.py): continue from the last checkpoint of an interrupted run with
+    the same key, and remove the checkpoints once the run is done (final/ holds the model)."""
     from datasets.utils.logging import disable_progress_bar  # the [train] extra: heavy, loaded on use
 
     disable_progress_bar()
@@ -263,16 +266,21 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[s
     if cfg.train_top_layers:
         frozen = train_top_layers(model, cfg.train_top_layers)
     timer = _step_timer()
+    start_at = resume_point(out_dir, resume_key, budgeted=bool(cfg.budget_minutes))
+    before = prior_seconds(start_at)
+    if start_at is not None:
+        print(f"resuming from {start_at.name} (an interrupted run with the same resume key)", flush=True)
     clock = BudgetClock(cfg.budget_minutes * 60 if cfg.budget_minutes else None)
     eval_every = cfg.eval_every_minutes * 60 if (cfg.eval_every_minutes and eval_ds is not None) else None
     budget = budget_callback(clock, eval_every)
     trainer = trainer_class(cfg, clock)(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
-                                        processing_class=tok, callbacks=[timer, budget])
+                                        processing_class=tok,
+                                        callbacks=[timer, budget, *([seconds_saver(timer, before)] if resume_key else [])])
     n_train_tokens = sum(len(x) for x in trainer.train_dataset["input_ids"])
     n_loss_tokens = _loss_tokens(trainer.train_dataset)
     t0 = time.perf_counter()
-    out = trainer.train()
-    train_s = time.perf_counter() - t0
+    out = trainer.train(resume_from_checkpoint=str(start_at) if start_at is not None else None)
+    train_s = time.perf_counter() - t0 + sum(before)
     eval_metrics = trainer.evaluate() if eval_ds is not None else {}
     final = out_dir / "final"
     # Every rank calls save_model: under ZeRO-3 it gathers the 16-bit weights (a collective,
@@ -301,13 +309,16 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None) -> dict[s
         "final_learning_rate": float(trainer.lr_scheduler.get_last_lr()[0]) if trainer.lr_scheduler else None,
         "budget_minutes": cfg.budget_minutes, "frozen_parameters": frozen,
         "epochs": trainer.state.epoch,
-        "tokens_per_step": tokens_per_step, "step_seconds": timer.seconds,
+        "tokens_per_step": tokens_per_step, "step_seconds": [*before, *timer.seconds],
+        "resumed_from": start_at.name if start_at is not None else None,
         "dataset": counts, "train_tokens": n_train_tokens, "loss_tokens": n_loss_tokens,
         "output_dir": str(out_dir), "final_dir": str(final), "config": cfg.model_dump(),
         "world_size": trainer.args.world_size,
     }
     if trainer.is_world_process_zero():
         atomic_write_json(out_dir / "result.json", result)
+        if resume_key is not None:
+            remove_checkpoints(out_dir)  # done: final/ holds the model (a checkpoint adds the optimizer's state: 3x its size)
     return result
 
 
@@ -327,11 +338,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default=None, help="override the config's model")
     ap.add_argument("--output-dir", default=None, help="override the config's output_dir")
     ap.add_argument("--budget-minutes", type=float, default=None, help="stop after this much wall time")
+    ap.add_argument("--save-steps", type=int, default=None, help="override the config's save_steps")
+    ap.add_argument("--resume-key", default=None, help="continue an interrupted run with this key from its last "
+                    "checkpoint (training/resume.py); checkpoints of another key are removed")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    cfg = load_config(args.config, model=args.model, output_dir=args.output_dir, budget_minutes=args.budget_minutes)
-    result = run(cfg, Path(args.workspace), max_steps=args.max_steps)
+    cfg = load_config(args.config, model=args.model, output_dir=args.output_dir, budget_minutes=args.budget_minutes,
+                      save_steps=args.save_steps)
+    result = run(cfg, Path(args.workspace), max_steps=args.max_steps, resume_key=args.resume_key)
     print("RESULT " + json.dumps({k: result[k] for k in ("stage", "global_step", "train_loss", "final_dir")}),
           flush=True)
 

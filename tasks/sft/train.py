@@ -38,7 +38,8 @@ class TrainingFailed(RuntimeError):
 
 def train_command(ws: Workspace, config: Path, max_steps: int | None = None, accelerate_config: Path | None = None,
                   num_processes: int | None = None, model: str | None = None,
-                  budget_minutes: float | None = None) -> list[str]:
+                  budget_minutes: float | None = None, save_steps: int | None = None,
+                  resume_key: str | None = None) -> list[str]:
     """The command line: plain `python -m training.sft` or `accelerate launch --config_file ...`."""
     args = ["-m", "training.sft", "--config", str(config), "--workspace", str(ws.root)]
     if max_steps is not None:
@@ -47,6 +48,10 @@ def train_command(ws: Workspace, config: Path, max_steps: int | None = None, acc
         args += ["--budget-minutes", str(budget_minutes)]
     if model is not None:
         args += ["--model", model]
+    if save_steps is not None:
+        args += ["--save-steps", str(save_steps)]
+    if resume_key is not None:
+        args += ["--resume-key", resume_key]
     if accelerate_config is None:
         return [sys.executable, *args]
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config)]
@@ -57,17 +62,21 @@ def train_command(ws: Workspace, config: Path, max_steps: int | None = None, acc
 
 def train_stage(ws: Workspace, stage: int, config: Path | None = None, max_steps: int | None = None,
                 accelerate_config: Path | None = None, num_processes: int | None = None, model: str | None = None,
-                on_line: Callable[[str], None] | None = None, budget_minutes: float | None = None) -> dict[str, Any]:
+                on_line: Callable[[str], None] | None = None, budget_minutes: float | None = None,
+                save_steps: int | None = None, resume_key: str | None = None) -> dict[str, Any]:
     """Run one stage to completion and return its result.json (plus the command and log path).
 
-    `budget_minutes` sizes the run by wall time (training/budget.py); it overrides the config's."""
+    `budget_minutes` sizes the run by wall time (training/budget.py); it overrides the config's.
+    `resume_key` with `save_steps`: a checkpoint every save_steps, and a run killed before the end
+    continues from its last one when started again with the same key (training/resume.py)."""
     config = Path(config) if config else default_config_path(stage)
     cfg = load_config(config, model=model, budget_minutes=budget_minutes)  # fail fast here on a bad config, not in the child
     if cfg.stage != stage:
         raise ValueError(f"{config} is a stage {cfg.stage} config, not stage {stage}")
     out_dir = cfg.output_path(ws.root)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = train_command(ws, config, max_steps, accelerate_config, num_processes, model, budget_minutes)
+    cmd = train_command(ws, config, max_steps, accelerate_config, num_processes, model, budget_minutes,
+                        save_steps, resume_key)
     log_path = out_dir / "train.log"
     run_id = f"train-stage{stage}-{uuid.uuid4().hex[:8]}"
     catalog = Catalog(ws.catalog_path)

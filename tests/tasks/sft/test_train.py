@@ -88,3 +88,48 @@ def test_accelerate_launch_two_cpu_processes(exported, tmp_path):
     assert r["world_size"] == 2 and r["global_step"] == 1 and r["loss_finite"]
     weights = load_file(str(tmp_path / "multi" / "final" / "model.safetensors"))
     assert "model.layers.0.self_attn.q_proj.weight" in weights  # one merged, loadable checkpoint
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_killed_run_resumes_from_its_last_checkpoint_and_ends_as_an_uninterrupted_one(exported, tmp_path):
+    """Real TRL steps of the tiny model: a run killed after step 3 (checkpoint every 2 steps) and
+    started again with the same resume key goes on from checkpoint-2 to the same final weights as a
+    run never stopped; a run with another key never resumes a folder's checkpoints, it removes them."""
+    from safetensors.torch import load_file
+
+    ws, _, _ = exported
+    cfg = _config(tmp_path, 1)
+    whole = train_stage(ws, 1, config=cfg, max_steps=6, save_steps=2, resume_key="k1")
+    assert whole["resumed_from"] is None and len(whole["step_seconds"]) == 6
+    out = Path(whole["output_dir"])
+    assert not list(out.glob("checkpoint-*"))  # done: final/ holds the model
+    w_whole = load_file(str(Path(whole["final_dir"]) / "model.safetensors"))
+
+    def stop_after_step_3(line: str) -> None:
+        if line == "progress: step 3/6":
+            raise _Stop  # train_stage kills the training process, as a session's end would
+    cfg.write_text(cfg.read_text() + f"output_dir: {tmp_path / 'killed'}\n")
+    with pytest.raises(_Stop):
+        train_stage(ws, 1, config=cfg, max_steps=6, save_steps=2, resume_key="k1", on_line=stop_after_step_3)
+    killed = tmp_path / "killed"
+    assert [p.name for p in killed.glob("checkpoint-*")] == ["checkpoint-2"] and not (killed / "result.json").exists()
+    lines: list[str] = []
+    resumed = train_stage(ws, 1, config=cfg, max_steps=6, save_steps=2, resume_key="k1", on_line=lines.append)
+    assert "resuming from checkpoint-2 (an interrupted run with the same resume key)" in lines
+    assert resumed["resumed_from"] == "checkpoint-2" and resumed["global_step"] == 6
+    assert len(resumed["step_seconds"]) == 6  # the first 2 steps' seconds came with the checkpoint
+    assert "progress: step 1/6" not in lines and "progress: step 3/6" in lines
+    w_resumed = load_file(str(Path(resumed["final_dir"]) / "model.safetensors"))
+    assert w_resumed.keys() == w_whole.keys()
+    # the optimizer, scheduler, RNG and data position came back too: the same weights as the whole run
+    assert max((w_resumed[k] - w_whole[k]).abs().max().item() for k in w_whole) < 1e-5
+
+    # another key: a planted complete checkpoint of "someone else's" run is removed, not resumed
+    stale = killed / "checkpoint-4"
+    stale.mkdir()
+    (stale / "trainer_state.json").write_text("{}")
+    other = train_stage(ws, 1, config=cfg, max_steps=2, save_steps=2, resume_key="k2")
+    assert other["resumed_from"] is None and other["global_step"] == 2 and not stale.exists()
