@@ -732,6 +732,8 @@ def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 st
               accelerate_config: Optional[Path] = typer.Option(None, "--accelerate-config", help="Launch with `accelerate launch --config_file` (e.g. training/accelerate/zero3.yaml)."),
               num_processes: Optional[int] = typer.Option(None, "--num-processes", help="GPUs for accelerate launch."),
               budget_minutes: Optional[float] = typer.Option(None, "--budget-minutes", help="Train until this much wall time is spent (the learning rate follows the clock)."),
+              resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run of the same config, steps and data from its last checkpoint (a budgeted run starts over)."),
+              save_steps: Optional[int] = typer.Option(None, "--save-steps", help="A checkpoint every N steps (default: the config's save_steps)."),
               as_json: bool = typer.Option(False, "--json", help="Print JSON."),
               workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Train one SFT stage in a subprocess (log: models/stageN/train.log, result: models/stageN/result.json)."""
@@ -742,7 +744,7 @@ def train_cmd(stage: int = typer.Option(..., "--stage", help="1 or 2 (stage 2 st
     try:
         result = train_stage(Workspace(workspace_path()), stage, config=config, max_steps=max_steps, model=model,
                              accelerate_config=accelerate_config, num_processes=num_processes,
-                             budget_minutes=budget_minutes,
+                             budget_minutes=budget_minutes, resume=resume, save_steps=save_steps,
                              on_line=None if as_json else (lambda ln: console.print(ln, markup=False, highlight=False)))
     except (TrainingFailed, FileNotFoundError, ValueError) as exc:
         console.print(f"[red]train failed: {exc}[/red]")

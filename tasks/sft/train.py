@@ -21,8 +21,9 @@ from typing import Any
 
 from agentscaler import progress
 from agentscaler.catalog import Catalog
+from agentscaler.hashing import content_hash
 from agentscaler.workspace import Workspace
-from training.config import default_config_path, load_config
+from training.config import StageConfig, default_config_path, load_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ACCELERATE_DIR = REPO_ROOT / "training" / "accelerate"
@@ -60,21 +61,34 @@ def train_command(ws: Workspace, config: Path, max_steps: int | None = None, acc
     return [*launch, *args]
 
 
+def make_resume_key(ws: Workspace, cfg: StageConfig, max_steps: int | None) -> str:
+    """What a run must share with an interrupted one to continue it (`train --resume`): the effective
+    config but where it checkpoints, the step limit, and the data (the saved datasets' fingerprints)."""
+    data_dir = cfg.dataset_path(ws.root)
+    data = sorted((str(p.relative_to(data_dir)), json.loads(p.read_text()).get("_fingerprint"))
+                  for p in data_dir.rglob("state.json")) if data_dir.is_dir() else []
+    return content_hash({"config": cfg.model_dump(exclude={"save_steps", "save_total_limit"}), "max_steps": max_steps,
+                         "data": data})
+
+
 def train_stage(ws: Workspace, stage: int, config: Path | None = None, max_steps: int | None = None,
                 accelerate_config: Path | None = None, num_processes: int | None = None, model: str | None = None,
                 on_line: Callable[[str], None] | None = None, budget_minutes: float | None = None,
-                save_steps: int | None = None, resume_key: str | None = None) -> dict[str, Any]:
+                save_steps: int | None = None, resume_key: str | None = None, resume: bool = False) -> dict[str, Any]:
     """Run one stage to completion and return its result.json (plus the command and log path).
 
     `budget_minutes` sizes the run by wall time (training/budget.py); it overrides the config's.
     `resume_key` with `save_steps`: a checkpoint every save_steps, and a run killed before the end
-    continues from its last one when started again with the same key (training/resume.py)."""
+    continues from its last one when started again with the same key (training/resume.py).
+    `resume`: the key made here (make_resume_key: same config, steps and data)."""
     config = Path(config) if config else default_config_path(stage)
     cfg = load_config(config, model=model, budget_minutes=budget_minutes)  # fail fast here on a bad config, not in the child
     if cfg.stage != stage:
         raise ValueError(f"{config} is a stage {cfg.stage} config, not stage {stage}")
     out_dir = cfg.output_path(ws.root)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if resume and resume_key is None:
+        resume_key = make_resume_key(ws, cfg, max_steps)
     cmd = train_command(ws, config, max_steps, accelerate_config, num_processes, model, budget_minutes,
                         save_steps, resume_key)
     log_path = out_dir / "train.log"

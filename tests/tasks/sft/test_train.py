@@ -133,3 +133,34 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_and_ends_as_an_uninterrup
     (stale / "trainer_state.json").write_text("{}")
     other = train_stage(ws, 1, config=cfg, max_steps=2, save_steps=2, resume_key="k2")
     assert other["resumed_from"] is None and other["global_step"] == 2 and not stale.exists()
+
+
+def test_train_resume_key_and_the_cli_flag(exported, tmp_path):
+    """`agentscaler train --resume`: the key follows the config, the steps and the data, not where the
+    run checkpoints; the command trains with it (real steps of the tiny model) and leaves no checkpoint."""
+    import json
+    import subprocess
+    import sys
+
+    from tasks.sft.train import make_resume_key
+    from training.config import load_config
+
+    ws, _, _ = exported
+    cfg = load_config(_config(tmp_path, 1))
+    key = make_resume_key(ws, cfg, 4)
+    assert key == make_resume_key(ws, cfg.model_copy(update={"save_steps": 2, "save_total_limit": 5}), 4)
+    assert key != make_resume_key(ws, cfg, 6) and key != make_resume_key(ws, cfg.model_copy(update={"learning_rate": 1e-3}), 4)
+    assert key != make_resume_key(ws, cfg.model_copy(update={"dataset_dir": str(tmp_path / "other")}), 4)  # another dataset folder
+
+    conf = _config(tmp_path, 1)
+    conf.write_text(conf.read_text() + f"output_dir: {tmp_path / 'cli'}\n")
+    res = subprocess.run([sys.executable, "-c", "from flows.cli import app; app()", "train", "--stage", "1",
+                          "--config", str(conf), "--max-steps", "2", "--save-steps", "1", "--resume", "--json",
+                          "--workspace", str(ws.root), "--quiet"],
+                         capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[3])
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout[res.stdout.index("{"):])
+    assert out["global_step"] == 2 and out["resumed_from"] is None and "--resume-key" in out["command"]
+    assert not list((tmp_path / "cli").glob("checkpoint-*"))
+    assert json.loads((tmp_path / "cli" / "resume.json").read_text())["key"] == make_resume_key(
+        ws, load_config(conf), 2)
