@@ -179,6 +179,9 @@ def test_scaling_report_of_a_partial_curve_names_the_missing_points(tmp_path):
     assert ("Point all (160): the checkpoint of the main run of that time (smollm2-135m-sft-c4161fd4)" in md
             and "ran on the clock" in md and (tmp_path / "scaling.png").stat().st_size > 1000)
     assert "more domains, more data" in md and "equal data" not in md
+    assert "rows (one conversation each)" in md  # no session_length in this config
+    out["config"]["session_length"] = 5120
+    assert "the same learning rate, sessions of up to 5120 tokens and data recipe" in scaling_markdown(out)
     out["config"]["scaling_conversations"] = 600
     assert "equal data: each point's train split cut to 600 conversations" in scaling_markdown(out)
     assert "packs more of its conversations" not in scaling_markdown(out)  # no point joined sessions
