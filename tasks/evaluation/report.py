@@ -484,9 +484,9 @@ def scaling_markdown(out: dict[str, Any]) -> str:
                  "evenly over its domains, so points differ in domains, not in how much data they train on."
                  if cfg.get("scaling_conversations") else
                  "; each point trains on all of its domains' rows (more domains, more data).")), "",
-             "| train domains | conversations (train) | pass^1 | single-call | multi-call | right first tool | train loss (last) "
-             "| epochs |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| train domains | conversations (train) | pass^1 | single-call | multi-call | right first tool "
+             "| right first call | train loss (last) | epochs |",
+             "|---|---|---|---|---|---|---|---|---|"]
     sessions = False
     for p in out["points"]:
         export = p.get("export") or {}
@@ -497,7 +497,7 @@ def scaling_markdown(out: dict[str, Any]) -> str:
         spans = f" from {capped['domains_after']} domains" if "domains_after" in capped else ""  # the equal draw's
         lines.append(f"| {p['label']} | {n}{spans} | {_interval(p['pass^1'])} "
                      f"| {_interval(p['single_call'])} | {_interval(p['multi_call'])} | {d.get('right_first_tool')} "
-                     f"| {_t(train.get('last_loss'), 3)} | {_t(train.get('epochs'), 2)} |")
+                     f"| {d.get('right_first_call')} | {_t(train.get('last_loss'), 3)} | {_t(train.get('epochs'), 2)} |")
     if sessions and cfg.get("scaling_conversations"):
         lines += ["", "Each row joins conversations of one domain into a session (up to the session length in tokens, the "
                   "domain's prompt once): a point of few domains packs more of its conversations into a row, so with "

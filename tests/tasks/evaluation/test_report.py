@@ -201,7 +201,9 @@ def test_scaling_report_shows_the_curves_paired_differences_and_verdict(tmp_path
                "scenario_counts": {f"s{i}": [1, int(i < p)] for i in range(50)}} for d, p in ((8, 20), (32, 10), (128, 5))]
     out = {"steps": 10, "points": points, "figure": str(tmp_path / "scaling.png"), "differences": curve_differences(points),
            "config": {"scaling_k": 1, "batch_size": 1, "grad_accum": 4, "experience_runs": [], "scaling_points": []}}
+    points[0]["diagnostics"] = {"right_first_tool": 30, "right_first_call": 21}
     md = scaling_markdown(out)
+    assert "| 30 | 21 | n/a | n/a |" in md  # right first tool, right first call (arguments too), no training record
     assert "| 8 -> 32 | -20.0 [" in md and "| 32 -> 128 | -10.0 [" in md and "| 8 -> 128 | -30.0 [" in md
     assert "Verdict: the curve **falls**" in md
     out["differences"] = None  # a results file written before the curve kept its counts
