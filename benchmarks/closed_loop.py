@@ -96,10 +96,40 @@ def report_progress(ws, out: dict, no_copy: bool) -> None:
         (RESULTS / "closed_loop_progress.json").write_text(json.dumps(out, indent=1, default=str))
 
 
+def report_scaling_progress(ws, out: dict, no_copy: bool, name: str) -> None:
+    """Interim state of a curve that spans sessions (`out`: flows.closed_loop.scaling_progress)."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    lines = [f"# Scaling curve: interim progress ({when})", "",
+             f"Not the curve: where the resumable run on {ws.root} stands, read from its files. {out['steps']} steps a "
+             f"point, k = {out['k']} on {out['scenarios']} held-out scenarios.", "",
+             "| train domains | training | held-out evaluation |", "|---|---|---|"]
+    for p in out["points"]:
+        tr, ev = p.get("training", "n/a"), p.get("evaluation")
+        if isinstance(tr, dict) and tr.get("finished"):
+            tr = f"finished: {tr['global_step']} steps in {tr['train_seconds']:.0f} s, last loss {tr['last_loss']:.3f}"
+        elif isinstance(tr, dict):
+            tr = (f"running or stopped: {tr['steps_logged']} of {tr['of']} steps logged, a restart resumes from "
+                  f"{tr['resumes_from'] or 'the start'}")
+        if ev is None:
+            ev = "not started"
+        elif ev["finished"]:
+            iv = ev["intervals"]["overall"]["1"]
+            ev = f"finished: pass^1 {100 * iv['estimate']:.1f} [{100 * iv['low']:.1f}, {100 * iv['high']:.1f}]"
+        else:
+            ev = f"{ev['trials']} of {ev['of']} trials written"
+        lines.append(f"| {p['label']} | {tr if p['label'] != '0 (base)' else 'none (base model)'} | {ev} |")
+    md = "\n".join(lines) + "\n"
+    print(md)
+    if not no_copy:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / f"{name}_progress.md").write_text(md)
+        (RESULTS / f"{name}_progress.json").write_text(json.dumps({**out, "when": when}, indent=1, default=str))
+
+
 def main() -> None:
     from agentscaler.workspace import Workspace
     from flows.closed_loop import (ClosedLoopConfig, closed_loop, interim_comparison, progress, scaling_curve,
-                                   tau2_comparison)
+                                   scaling_progress, tau2_comparison)
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workspace", required=True)
@@ -134,7 +164,8 @@ def main() -> None:
     ap.add_argument("--name", default=None, help="results file stem (default: scaling, or closed_loop)")
     ap.add_argument("--no-copy", action="store_true", help="do not copy the results to benchmarks/results/")
     ap.add_argument("--progress", action="store_true", help="only report where a run stands (interim figures "
-                    "from the workspace's files) to benchmarks/results/closed_loop_progress.{json,md}")
+                    "from the workspace's files) to benchmarks/results/closed_loop_progress.{json,md}; with --domains, "
+                    "where each curve point stands, to <name>_progress.{json,md}")
     a = vars(ap.parse_args())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ws = Workspace(a.pop("workspace"))
@@ -148,6 +179,9 @@ def main() -> None:
     if domains:
         a["scaling_points"] = [d.strip() for d in domains.split(",") if d.strip()]
     cfg = ClosedLoopConfig(**{k: v for k, v in a.items() if v is not None})
+    if only_progress and domains:
+        report_scaling_progress(ws, scaling_progress(ws, cfg), no_copy, stem or "scaling")
+        return
     if only_progress:
         report_progress(ws, {**progress(ws, cfg), "interim_comparison": interim_comparison(ws, cfg)}, no_copy)
         return

@@ -64,6 +64,7 @@ from tasks.sft.export import export_sft
 from tasks.sft.train import train_stage
 from tasks.verify.verify import verify_run
 from training.gguf_convert import convert_smollm2, load_tokenizer
+from training.resume import latest as latest_checkpoint
 from training.tiny import build_tiny_model
 
 GOLD_RUN = "gold-replay"
@@ -329,9 +330,7 @@ def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: l
         if done is not None:
             log(f"[closed-loop] {name}: {other} trained on the same rows for {max_steps} steps, reusing its checkpoint")
             return {"export": _export_brief(export), "train": done["train"], "key": done["key"], "reused_from": other}
-    conf = stage_config(cfg, base_checkpoint(ws, cfg.base_model), base / "sft", base / "model", max_steps)
-    key = content_hash({"data": json.loads((base / "sft" / "stage1" / "report.json").read_text())["content_hash"],
-                        "config": conf})
+    conf, key = training_key(ws, cfg, base, max_steps)
     result_path = base / "model" / "result.json"
     key_path = base / "model" / "key.json"
     if result_path.exists() and key_path.exists() and json.loads(key_path.read_text()).get("key") == key:
@@ -348,6 +347,14 @@ def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: l
                          resume_key=key if max_steps is not None else None)
     atomic_write_json(key_path, {"key": key})
     return {"export": _export_brief(export), "train": result, "key": key}
+
+
+def training_key(ws: Workspace, cfg: ClosedLoopConfig, base: Path, max_steps: int | None) -> tuple[dict[str, Any], str]:
+    """The stage config of a run folder (closed_loop/<name>) and its key: the exported rows' content
+    hash and that config (a checkpoint is reused, or resumed, only under the same key)."""
+    conf = stage_config(cfg, base_checkpoint(ws, cfg.base_model), base / "sft", base / "model", max_steps)
+    data = json.loads((base / "sft" / "stage1" / "report.json").read_text())["content_hash"]
+    return conf, content_hash({"data": data, "config": conf})
 
 
 def trained_on_same_data(ws: Workspace, other: str, point: Path, steps: int | None) -> dict[str, Any] | None:
@@ -492,16 +499,18 @@ def progress(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict[str, An
     return out
 
 
-def _evaluation_progress(ws: Workspace, model: str, cfg: ClosedLoopConfig, ids: list[str]) -> dict[str, Any]:
-    rcfg = rollout_config(cfg, cfg.k)
-    run_id = default_run_id(model, rcfg, cfg.k, ids)
-    done = finished_evaluation(ws, model, rcfg, cfg.k, ids)
+def _evaluation_progress(ws: Workspace, model: str, cfg: ClosedLoopConfig, ids: list[str],
+                         k: int | None = None) -> dict[str, Any]:
+    k = k or cfg.k
+    rcfg = rollout_config(cfg, k)
+    run_id = default_run_id(model, rcfg, k, ids)
+    done = finished_evaluation(ws, model, rcfg, k, ids)
     if done is not None:
         return {"model": model, "run_id": run_id, "finished": True, **{k: v for k, v in _eval_brief(ws, done).items()
                                                                       if k not in ("run_id", "model")}}
     path = ws.rollout_dir(run_id) / "trajectories.jsonl"
     trials = sum(1 for _ in path.open()) if path.exists() else 0
-    return {"model": model, "run_id": run_id, "finished": False, "trials": trials, "of": len(ids) * cfg.k}
+    return {"model": model, "run_id": run_id, "finished": False, "trials": trials, "of": len(ids) * k}
 
 
 def trained_model(ws: Workspace, cfg: ClosedLoopConfig) -> str | None:
@@ -560,6 +569,52 @@ def _logged_steps(log: Path) -> dict[str, Any]:
 
 # --- the environment-scaling curve ---------------------------------------------------------------
 
+def point_name(cfg: ClosedLoopConfig, n: int) -> str:
+    """A curve point's folder under closed_loop/ (train domains, and the equal-data cut)."""
+    return f"scaling-{n}" + (f"-c{cfg.scaling_conversations}" if cfg.scaling_conversations else "")
+
+
+def scaling_progress(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict[str, Any]:
+    """Where a scaling curve stands, read from its workspace only (nothing runs, nothing is written):
+    per point, its training (finished, or the steps logged so far and the checkpoint a restart
+    resumes from) and its held-out evaluation (pass^1 when finished, else the trials written). A
+    point whose folder holds a run of other settings (another key or session length) is "not started";
+    its export is read as it stands, not made again (other rows, e.g. other experience runs, would
+    get their own key when the curve runs)."""
+    cfg = cfg or ClosedLoopConfig()
+    order = train_domains(ws)
+    ids = load_eval_set(ws, cfg.eval_set)["scenario_ids"]
+    points: list[dict[str, Any]] = []
+    if cfg.scaling_base:
+        points.append({"label": "0 (base)", "evaluation": _evaluation_progress(
+            ws, f"{cfg.base_model}-base", cfg, ids, cfg.scaling_k)})
+    for label in cfg.scaling_points:
+        n = len(order) if label == "all" else int(label)
+        base = ws.root / "closed_loop" / point_name(cfg, n)
+        point: dict[str, Any] = {"label": label if label != "all" else f"all ({n})", "domains": n, "folder": str(base), "training": "not started"}
+        points.append(point)
+        export = base / "sft" / "report.json"
+        rows = min(cfg.session_length, cfg.max_length) if cfg.session_length else None  # as the export records it
+        if n > len(order) or cfg.scaling_steps is None or not export.exists() or \
+                json.loads(export.read_text()).get("session_length") != rows:
+            continue
+        _, key = training_key(ws, cfg, base, cfg.scaling_steps)
+        model_dir = base / "model"
+        done = (model_dir / "result.json").exists() and (model_dir / "key.json").exists() and \
+            json.loads((model_dir / "key.json").read_text()).get("key") == key
+        if done:
+            result = json.loads((model_dir / "result.json").read_text())
+            point["training"] = {"finished": True, **{k: result.get(k) for k in ("global_step", "train_seconds",
+                                                                                 "last_loss", "epochs")}}
+            point["evaluation"] = _evaluation_progress(ws, f"{cfg.base_model}-sft-{key[:8]}", cfg, ids, cfg.scaling_k)
+        elif (model_dir / "train.log").exists():
+            resumable = latest_checkpoint(model_dir, key)
+            point["training"] = {"finished": False, "of": cfg.scaling_steps, **_logged_steps(model_dir / "train.log"),
+                                 "resumes_from": resumable.name if resumable is not None else None}
+    return {"steps": cfg.scaling_steps, "k": cfg.scaling_k, "scenarios": len(ids), "points": points}
+
+
+
 def scaling_curve(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = print) -> dict[str, Any]:
     """Train on nested sets of train domains with the same steps and recipe; held-out pass^1 of each
     (and of the base model, 0 domains) on the same evaluation set. Writes reports/scaling.{json,md,png}."""
@@ -586,7 +641,7 @@ def scaling_curve(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any =
             continue
         subset = order[:n]
         equal = cfg.scaling_conversations
-        run = export_and_train(ws, cfg, f"scaling-{n}" + (f"-c{equal}" if equal else ""), subset, steps, log,
+        run = export_and_train(ws, cfg, point_name(cfg, n), subset, steps, log,
                                reuse=("main",) if n == len(order) else (), max_train_conversations=equal)
         got = sum((run["export"].get("conversations_by_origin") or {}).get("train", {}).values())
         if equal and got < equal:

@@ -45,25 +45,28 @@ def remove_checkpoints(out_dir: Path) -> int:
     return len(found)
 
 
+def latest(out_dir: Path, key: str) -> Path | None:
+    """The latest complete checkpoint in out_dir of a run with this key (reads only)."""
+    try:
+        same = json.loads((Path(out_dir) / RESUME_FILE).read_text()).get("key") == key
+    except (OSError, ValueError, AttributeError):
+        same = False
+    found = [p for p in checkpoints(out_dir) if complete(p)] if same else []
+    return found[-1] if found else None
+
+
 def resume_point(out_dir: Path, key: str | None, budgeted: bool = False) -> Path | None:
     """The checkpoint to resume from: the latest complete one of a run with this key, else None.
     Without a key nothing changes (the old behaviour). With one, a folder that held another key's
     run, or a budgeted run, starts clean: its checkpoints are removed and the key is written."""
     if key is None:
         return None
-    out_dir = Path(out_dir)
-    marker = out_dir / RESUME_FILE
-    try:
-        same = json.loads(marker.read_text()).get("key") == key
-    except (OSError, ValueError, AttributeError):
-        same = False
-    found = [p for p in checkpoints(out_dir) if complete(p)] if same and not budgeted else []
-    if not found:
+    found = None if budgeted else latest(out_dir, key)
+    if found is None:
         remove_checkpoints(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps({"key": key}))
-        return None
-    return found[-1]
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / RESUME_FILE).write_text(json.dumps({"key": key}))
+    return found
 
 
 def prior_seconds(checkpoint: Path | None) -> list[float]:

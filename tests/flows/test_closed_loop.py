@@ -15,7 +15,7 @@ from agentscaler.artifacts import load_scenarios, load_trajectories
 from agentscaler.workspace import Workspace
 from benchmarks import run_all
 from flows.closed_loop import (ClosedLoopConfig, _logged_steps, closed_loop, gold_replay_run, interim_comparison,
-                               trained_on_same_data, progress, scaling_curve, stage_config, tau2_comparison,
+                               trained_on_same_data, progress, scaling_curve, scaling_progress, stage_config, tau2_comparison,
                                train_domains)
 from tasks.rollouts.gold import GOLD_AGENT
 from tasks.scenarios.build import build_scenarios
@@ -148,6 +148,16 @@ def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     point = scaling_curve(ws, cfg.model_copy(update={"scaling_points": ["all"], "scaling_base": False,
                                                      "scaling_steps": steps}), log=lambda *_: None)["points"][0]
     assert point["checkpoint"] == "own" and point["train"]["global_step"] == steps
+    assert not list((ws.root / "closed_loop" / "scaling-1" / "model").glob("checkpoint-*"))  # done: final/ holds it
+    # where the curve stands, read from its files: the same runs
+    at = cfg.model_copy(update={"scaling_points": ["all"], "scaling_steps": steps})
+    base_now, point_now = scaling_progress(ws, at)["points"]
+    assert base_now["evaluation"]["finished"] and base_now["evaluation"]["run_id"] == base_point["run_id"]
+    assert point_now["label"] == "all (1)" and point_now["training"]["finished"]
+    assert point_now["training"]["global_step"] == steps and point_now["evaluation"]["run_id"] == point["run_id"]
+    more = scaling_progress(ws, at.model_copy(update={"scaling_steps": steps + 5}))["points"][1]["training"]
+    assert more["finished"] is False and more["of"] == steps + 5 and more["resumes_from"] is None  # another key
+    assert scaling_progress(ws, at.model_copy(update={"session_length": 0}))["points"][1]["training"] == "not started"
     stepped = closed_loop(ws, cfg.model_copy(update={"main_steps": steps}), log=lambda *_: None)
     assert stepped["train"]["final_dir"] == point["train"]["final_dir"] != out["train"]["final_dir"]
     assert stepped["trained"]["heldout"]["model"] == point["model"]  # the same checkpoint, now at k = 2
