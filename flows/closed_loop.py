@@ -591,7 +591,8 @@ def scaling_progress(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict
     for label in cfg.scaling_points:
         n = len(order) if label == "all" else int(label)
         base = ws.root / "closed_loop" / point_name(cfg, n)
-        point: dict[str, Any] = {"label": label if label != "all" else f"all ({n})", "domains": n, "folder": str(base), "training": "not started"}
+        point: dict[str, Any] = {"label": label if label != "all" else f"all ({n})", "domains": n, "folder": str(base),
+                                 "training": "not started"}
         points.append(point)
         export = base / "sft" / "report.json"
         rows = min(cfg.session_length, cfg.max_length) if cfg.session_length else None  # as the export records it
@@ -612,7 +613,6 @@ def scaling_progress(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict
             point["training"] = {"finished": False, "of": cfg.scaling_steps, **_logged_steps(model_dir / "train.log"),
                                  "resumes_from": resumable.name if resumable is not None else None}
     return {"steps": cfg.scaling_steps, "k": cfg.scaling_k, "scenarios": len(ids), "points": points}
-
 
 
 def scaling_curve(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = print) -> dict[str, Any]:
