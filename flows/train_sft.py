@@ -84,7 +84,10 @@ def train_sft_flow(workspace: str, stages: list[int] | None = None, max_steps: i
             results[f"stage{stage}"] = train_task(
                 str(ws.root), stage, config=config, max_steps=max_steps, model=model if stage == 1 else None,
                 accelerate_config=Path(accelerate_config) if accelerate_config else None,
-                num_processes=num_processes, budget_minutes=budget_minutes)
+                num_processes=num_processes, budget_minutes=budget_minutes,
+                # a re-run of a stage killed part-way continues from its last checkpoint (training/resume.py;
+                # a budgeted stage starts over: its clock cannot resume)
+                resume_key=key)
             results[f"stage{stage}"]["key"] = key
             atomic_write_json(ws.models_dir / f"stage{stage}" / "key.json", {"key": key})
         summary["train"] = results

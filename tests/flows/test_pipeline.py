@@ -78,6 +78,10 @@ def test_pipeline_end_to_end(tmp_path: Path, prefect_harness):
     again = train_sft_flow(str(ws.root), max_steps=2, config_dir="cpu-demo", model="tiny")
     assert again["train"]["stage1"].get("skipped_finished") is True
     assert again["train"]["stage1"]["final_dir"] == st1["final_dir"]
+    # the flow trained under its stage key: a killed stage would resume from its checkpoints, which a
+    # finished one no longer keeps (training/resume.py)
+    out = Path(st1["final_dir"]).parent
+    assert json.loads((out / "resume.json").read_text())["key"] == st1["key"] and not list(out.glob("checkpoint-*"))
 
 
 
