@@ -69,6 +69,7 @@ from training.tiny import build_tiny_model
 
 GOLD_RUN = "gold-replay"
 LOG_ITEM = re.compile(r"'(\w+)': '([^']*)'")  # a key and its value in a logged dict
+RESUMED = re.compile(r"resuming from checkpoint-(\d+) ")  # training.sft's line when it continues a run
 SCALING_POINTS = ("8", "32", "128", "all")
 TAU2_SETTINGS = {"tau2_k", "tau2_n_ctx", "tau2_domains", "tau2_max_scenarios"}  # how tau2's splits are scored
 
@@ -560,10 +561,15 @@ def _logged_steps(log: Path) -> dict[str, Any]:
     """The optimizer steps a running training has logged (TRL's per-step dicts in its log: one
     line each, string values, e.g. {'loss': '0.1449', 'learning_rate': '9.969e-05', ...})."""
     lines = log.read_text(errors="replace").splitlines()
+    # the latest launch only (tasks/sft/train.py writes "$ <command>" before each); a launch that
+    # resumed from checkpoint-N logged the steps after N
+    starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]
+    lines = lines[starts[-1]:] if starts else lines
+    resumed = next((int(m[1]) for line in lines if (m := RESUMED.match(line))), 0)
     steps = [dict(LOG_ITEM.findall(line)) for line in lines if line.startswith("{'loss'")]
     evals = [dict(LOG_ITEM.findall(line)) for line in lines if line.startswith("{'eval_loss'")]
     last = steps[-1] if steps else {}
-    return {"steps_logged": len(steps), "last_loss": last.get("loss"), "tokens_seen": last.get("num_tokens"),
+    return {"steps_logged": resumed + len(steps), "last_loss": last.get("loss"), "tokens_seen": last.get("num_tokens"),
             "learning_rate": last.get("learning_rate"), "eval_loss": [e.get("eval_loss") for e in evals]}
 
 

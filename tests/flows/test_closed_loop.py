@@ -179,6 +179,10 @@ def test_progress_reads_a_running_training_log(tmp_path):
     got = _logged_steps(log)
     assert got == {"steps_logged": 2, "last_loss": "0.14", "tokens_seen": "3.6e+04", "learning_rate": "9.9e-05",
                    "eval_loss": ["0.13"]}
+    # a log with two launches, the second resumed from checkpoint-10: its steps come after step 10
+    log.write_text("$ python -m training.sft ...\n" + "{'loss': '0.3'}\n" * 12 + "$ python -m training.sft ...\n"
+                   "resuming from checkpoint-10 (an interrupted run with the same resume key)\n" + "{'loss': '0.2'}\n" * 3)
+    assert _logged_steps(log)["steps_logged"] == 13 and _logged_steps(log)["last_loss"] == "0.2"
 
 
 def test_a_run_stands_for_another_only_on_the_same_rows_and_steps(tmp_path):
