@@ -294,7 +294,7 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None, resume_ke
         n_train_tokens / max(1, len(trainer.train_dataset))) * max(1, trainer.args.world_size)
     # TRL counts the tokens it trained on (num_tokens, cumulative); the mean row length x rows per step otherwise
     counted = [h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h]
-    seen_tokens = float(counted[-1]) if counted else steps * tokens_per_step
+    seen_tokens = resumed_total(counted) if counted else steps * tokens_per_step
     max_steps_set = args.max_steps
     stopped_by = ("budget" if budget.stopped_by_budget else "max_steps" if steps >= max_steps_set > 0 else "epochs")
     result = {
@@ -320,6 +320,17 @@ def run(cfg: StageConfig, ws_root: Path, max_steps: int | None = None, resume_ke
         if resume_key is not None:
             remove_checkpoints(out_dir)  # done: final/ holds the model (a checkpoint adds the optimizer's state: 3x its size)
     return result
+
+
+def resumed_total(counts: list[float]) -> float:
+    """The last of TRL's cumulative token counts, over a resume: the restored history holds the counts
+    up to the checkpoint, and the resumed process counts again from zero."""
+    total, prev = 0.0, 0.0
+    for c in map(float, counts):
+        if c < prev:
+            total += prev
+        prev = c
+    return total + prev
 
 
 def _loss_tokens(ds: Any) -> int:

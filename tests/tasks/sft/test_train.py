@@ -121,6 +121,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_and_ends_as_an_uninterrup
     assert "resuming from checkpoint-2 (an interrupted run with the same resume key)" in lines
     assert resumed["resumed_from"] == "checkpoint-2" and resumed["global_step"] == 6
     assert len(resumed["step_seconds"]) == 6  # the first 2 steps' seconds came with the checkpoint
+    assert resumed["tokens_seen"] == whole["tokens_seen"]  # TRL's counter restarts on resume: summed over both
     assert "progress: step 1/6" not in lines and "progress: step 3/6" in lines
     w_resumed = load_file(str(Path(resumed["final_dir"]) / "model.safetensors"))
     assert w_resumed.keys() == w_whole.keys()
