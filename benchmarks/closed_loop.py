@@ -104,7 +104,7 @@ def report_scaling_progress(ws, out: dict, no_copy: bool, name: str) -> None:
              f"point, k = {out['k']} on {out['scenarios']} held-out scenarios.", "",
              "| train domains | training | held-out evaluation |", "|---|---|---|"]
     for p in out["points"]:
-        tr, ev = p.get("training", "n/a"), p.get("evaluation")
+        tr, ev = p.get("training", "none (base model)"), p.get("evaluation")  # the base point trains nothing
         if isinstance(tr, dict) and tr.get("finished"):
             tr = f"finished: {tr['global_step']} steps in {tr['train_seconds']:.0f} s, last loss {tr['last_loss']:.3f}"
         elif isinstance(tr, dict):
@@ -117,7 +117,7 @@ def report_scaling_progress(ws, out: dict, no_copy: bool, name: str) -> None:
             ev = f"finished: pass^1 {100 * iv['estimate']:.1f} [{100 * iv['low']:.1f}, {100 * iv['high']:.1f}]"
         else:
             ev = f"{ev['trials']} of {ev['of']} trials written"
-        lines.append(f"| {p['label']} | {tr if p['label'] != '0 (base)' else 'none (base model)'} | {ev} |")
+        lines.append(f"| {p['label']} | {tr} | {ev} |")
     md = "\n".join(lines) + "\n"
     print(md)
     if not no_copy:

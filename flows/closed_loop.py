@@ -590,6 +590,7 @@ def scaling_progress(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict
     cfg = cfg or ClosedLoopConfig()
     order = train_domains(ws)
     ids = load_eval_set(ws, cfg.eval_set)["scenario_ids"]
+    rows = min(cfg.session_length, cfg.max_length) if cfg.session_length else None  # as the export records it
     points: list[dict[str, Any]] = []
     if cfg.scaling_base:
         points.append({"label": "0 (base)", "evaluation": _evaluation_progress(
@@ -601,7 +602,6 @@ def scaling_progress(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict
                                  "training": "not started"}
         points.append(point)
         export = base / "sft" / "report.json"
-        rows = min(cfg.session_length, cfg.max_length) if cfg.session_length else None  # as the export records it
         if n > len(order) or cfg.scaling_steps is None or not export.exists() or \
                 json.loads(export.read_text()).get("session_length") != rows:
             continue

@@ -18,8 +18,13 @@ GROUP_NAMES = {"overall": "all scenarios", "single_call": "single-call", "multi_
 AIM_POINTS = 0.10
 
 
+def _pairs(counts: dict[str, Any] | None) -> dict[str, tuple[int, int]]:
+    """Per-scenario [trials, passed] (as JSON keeps them) as int pairs."""
+    return {key: (int(n), int(c)) for key, (n, c) in (counts or {}).items()}
+
+
 def _counts(report: dict[str, Any], group: str) -> dict[str, tuple[int, int]]:
-    return {key: (int(n), int(c)) for key, (n, c) in (report.get("scenario_counts") or {}).get(group, {}).items()}
+    return _pairs((report.get("scenario_counts") or {}).get(group))
 
 
 def compare(base: dict[str, Any], trained: dict[str, Any], k: int | None = None) -> dict[str, Any]:
@@ -66,8 +71,8 @@ def curve_differences(curve: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
 
     def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-        counts = [{key: (int(n), int(c)) for key, (n, c) in p["scenario_counts"].items()} for p in (a, b)]
-        return {"from": a["label"], "to": b["label"], **paired_difference(counts[0], counts[1], 1)}
+        return {"from": a["label"], "to": b["label"],
+                **paired_difference(_pairs(a["scenario_counts"]), _pairs(b["scenario_counts"]), 1)}
 
     steps = [diff(a, b) for a, b in zip(trained, trained[1:])]
     span = diff(trained[0], trained[-1])
