@@ -53,7 +53,7 @@ from tasks.environments.synthesize import synthesize_all
 from tasks.evaluation.compare import compare, curve_differences
 from tasks.evaluation.contamination import check_contamination
 from tasks.evaluation.eval_set import choose_eval_set, eval_set_path, load_eval_set
-from tasks.evaluation.evaluate import eval_path, evaluate, score_unwritten
+from tasks.evaluation.evaluate import eval_path, evaluate, run_diagnostics, score_unwritten
 from tasks.evaluation.report import closed_loop_markdown, plot_scaling, plot_training_curve, scaling_markdown
 from tasks.evaluation.tau2 import DOMAINS, tau2_domain_dir
 from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
@@ -682,9 +682,12 @@ def _reused_label(run: dict[str, Any]) -> str:
 
 def _point(ws: Workspace, rep: dict[str, Any]) -> dict[str, Any]:
     iv = rep["intervals"]
+    diag = rep.get("diagnostics") or {}
+    if "first_call_arguments" not in diag:  # an evaluation reported before that count: from its trajectories
+        diag = run_diagnostics(ws, rep["run_id"])
     return {"run_id": rep["run_id"], "model": rep["model"], "scenarios": rep["scenarios"],
             "pass^1": iv["overall"]["pass^k"]["1"], "single_call": iv["single_call"]["pass^k"]["1"],
-            "multi_call": iv["multi_call"]["pass^k"]["1"], "diagnostics": rep.get("diagnostics"),
+            "multi_call": iv["multi_call"]["pass^k"]["1"], "diagnostics": diag,
             "reasons": rep.get("reasons"), "cost": trajectory_stats(ws, rep["run_id"]),
             # per scenario [trials, passed]: the curve's paired differences (compare.curve_differences)
             "scenario_counts": (rep.get("scenario_counts") or {}).get("overall")}

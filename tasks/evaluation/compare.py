@@ -126,6 +126,15 @@ def markdown(cmp: dict[str, Any], base_label: str = "base", trained_label: str =
         x = d.get(side) or {}
         lines.append(f"| {label} | {trials.get(side)} | {x.get('tried_call')} | {x.get('well_formed_call')} "
                      f"| {x.get('right_first_tool')} | {x.get('right_first_call')} |")
+    args = {side: (d.get(side) or {}).get("first_call_arguments") for side in ("base", "trained")}
+    if any(args.values()):
+        kinds = list(next(a for a in args.values() if a))  # in evaluate.ARGUMENT_ERRORS' order, as counted
+        lines += ["", "First calls with the right tool but other arguments than gold's, by what was wrong (a call can "
+                  "be wrong in several ways):", "", "| model | " + " | ".join(k.replace("_", " ") for k in kinds) + " |",
+                  "|---|" + "---|" * len(kinds)]
+        for side, label in (("base", base_label), ("trained", trained_label)):
+            lines.append(f"| {label} | " + " | ".join("n/a" if args[side] is None else str(args[side].get(k, 0))
+                                                      for k in kinds) + " |")
     aim = cmp["aim"]
     lines += ["", f"Aim (>= 10 points of held-out pass^1, intervals apart): gain {points(aim['pass^1_gain'])} points, "
                   f"intervals {'apart' if aim['intervals_apart'] else 'overlap'}: **{'met' if aim['met'] else 'not met'}**."]

@@ -54,19 +54,58 @@ def result_rows(trajectories: list[Trajectory], scenarios: dict[str, Scenario]) 
     return rows
 
 
-def diagnose(t: Trajectory, s: Scenario | None) -> dict[str, bool]:
+# What can be wrong with the arguments of a first call that names the first gold tool.
+ARGUMENT_ERRORS = ("missing", "empty_value", "wrong_value", "extra")
+
+
+def argument_errors(args: dict[str, Any], gold: dict[str, Any]) -> list[str]:
+    """What is wrong with a call's arguments against the gold call's, by ARGUMENT_ERRORS: a gold
+    argument left out, given as an empty string (gold's is not), given another value (compared
+    as call_key compares them), or an argument gold lacks. [] when they are the same call."""
+    def same(k: str) -> bool:
+        return call_key("", {k: args[k]}) == call_key("", {k: gold[k]})
+
+    shared = [k for k in gold if k in args and not same(k)]
+    found = {"missing": any(k not in args for k in gold), "empty_value": any(args[k] == "" for k in shared),
+             "wrong_value": any(args[k] != "" for k in shared), "extra": any(k not in gold for k in args)}
+    return [kind for kind in ARGUMENT_ERRORS if found[kind]]
+
+
+def diagnose(t: Trajectory, s: Scenario | None) -> dict[str, Any]:
     """How far the agent got on one trial: tried a tool call (well-formed or not), made a well-formed
-    one, named the first gold tool first, made the first gold call exactly (name and arguments)."""
+    one, named the first gold tool first, made the first gold call exactly (name and arguments), and
+    when it named the right tool with other arguments, what was wrong with them (argument_errors)."""
     said = [m for m in t.messages if m.get("role") == "assistant"]
     tried = any(m.get("tool_calls") or "tool_call>" in str(m.get("content") or "") for m in said)
     calls = agent_calls(t.messages)
     right_tool = right_call = False
+    errors: list[str] = []
     if calls and s is not None and s.gold_calls:
         first, gold = calls[0], s.gold_calls[0]
         right_tool = first["name"] == gold.name
         right_call = right_tool and call_key(first["name"], first["arguments"]) == call_key(gold.name, gold.arguments)
+        if right_tool and not right_call:
+            errors = argument_errors(first["arguments"], gold.arguments)
     return {"tried_call": tried, "well_formed_call": bool(calls), "right_first_tool": right_tool,
-            "right_first_call": right_call}
+            "right_first_call": right_call, "argument_errors": errors}
+
+
+DIAGNOSTICS = ("tried_call", "well_formed_call", "right_first_tool", "right_first_call")
+
+
+def diagnostics(diag: list[dict[str, Any]]) -> dict[str, Any]:
+    """diagnose's trials counted: trials per step reached, and first calls with the right tool but
+    other arguments by what was wrong (a call can be wrong in several ways)."""
+    return {**{key: sum(d[key] for d in diag) for key in DIAGNOSTICS},
+            "first_call_arguments": {kind: sum(kind in d["argument_errors"] for d in diag) for kind in ARGUMENT_ERRORS}}
+
+
+def run_diagnostics(ws: Workspace, run_id: str) -> dict[str, Any]:
+    """diagnostics of a verified run, from its trajectories (for a report written before a count
+    was added to it)."""
+    trajs = [t for t in load_trajectories(ws, run_id) if t.verdict is not None]
+    scenarios = scenario_map(ws, {t.domain for t in trajs})
+    return diagnostics([diagnose(t, scenarios.get(t.scenario_id)) for t in trajs])
 
 
 def _group(rows: list[dict[str, Any]], k: int | None) -> dict[str, Any]:
@@ -105,8 +144,7 @@ def summarize(trajectories: list[Trajectory], scenarios: dict[str, Scenario], k:
             "intervals": breakdown(rows, k),
             "scenario_counts": {name: {key: list(nc) for key, nc in scenario_counts([r for r in rows if keep(r)]).items()}
                                 for name, keep in GROUPS.items()},
-            "diagnostics": {key: sum(d[key] for d in diag) for key in
-                            ("tried_call", "well_formed_call", "right_first_tool", "right_first_call")},
+            "diagnostics": diagnostics(diag),
             "accuracy": round(passed / len(rows), 6) if rows else None,
             "unverified": len(trajectories) - len(rows),
             "pass^k": passk_report(rows, max_k=k), "pass^k_raw": passk_report(rows, max_k=k, agent_only=False),

@@ -31,7 +31,7 @@ from envs.spec import DomainSpec
 from tasks.environments.quality import quality_summary
 from tasks.evaluation.compare import interval_text as _interval
 from tasks.evaluation.compare import markdown as compare_markdown
-from tasks.evaluation.evaluate import eval_path
+from tasks.evaluation.evaluate import ARGUMENT_ERRORS, eval_path
 from tasks.rollouts.conversation import sampling_temperature
 
 
@@ -514,6 +514,7 @@ def scaling_markdown(out: dict[str, Any]) -> str:
                       "on the clock instead of on steps." if "clock" in p["checkpoint"] else ".")]
     lines += scaling_differences(out.get("differences"))
     lines += scaling_reasons(out["points"], bool(cfg.get("stop_when_failed")))
+    lines += scaling_arguments(out["points"])
     lines += ["", f"![scaling curve]({Path(out['figure']).name})", ""]
     return "\n".join(lines)
 
@@ -552,6 +553,26 @@ def scaling_reasons(points: list[dict[str, Any]], stopped: bool = False) -> list
                   "reasons up to that point, never a later turn limit, so these counts do not compare with those of a "
                   "curve whose trials ran to their end."]
     return lines
+
+
+def scaling_arguments(points: list[dict[str, Any]]) -> list[str]:
+    """At each curve point, the first calls that named the first gold tool with other arguments, by
+    what was wrong (tasks.evaluation.evaluate.argument_errors): whether a point loses pass^1 in
+    choosing the tool or in filling its arguments, and how."""
+    counts = [((p.get("diagnostics") or {}).get("first_call_arguments")) for p in points]
+    if not any(counts):
+        return []
+    rows = []
+    for p, c in zip(points, counts):
+        d = p.get("diagnostics") or {}
+        tool, call = d.get("right_first_tool"), d.get("right_first_call")
+        other = "n/a" if tool is None or call is None else tool - call
+        rows.append([p["label"], *["n/a" if v is None else v for v in (tool, call)], other,
+                     *[("n/a" if c is None else c.get(kind, 0)) for kind in ARGUMENT_ERRORS]])
+    return ["", "First calls that named the first gold tool, and of those with other arguments than gold's, what was "
+            "wrong (a call can be wrong in several ways; empty value: an empty string where gold has a value):", "",
+            markdown_table(["train domains", "right first tool", "right first call", "other arguments",
+                            *[k.replace("_", " ") for k in ARGUMENT_ERRORS]], rows)]
 
 
 def markdown_to_html(md: str, title: str) -> str:

@@ -17,6 +17,7 @@ from benchmarks import run_all
 from flows.closed_loop import (ClosedLoopConfig, _logged_steps, closed_loop, gold_replay_run, interim_comparison,
                                trained_on_same_data, progress, scaling_curve, scaling_progress, stage_config, tau2_comparison,
                                train_domains)
+from tasks.evaluation.evaluate import eval_path
 from tasks.rollouts.gold import GOLD_AGENT
 from tasks.scenarios.build import build_scenarios
 from tests.conftest import copy_workspace, load_shop_builder
@@ -134,6 +135,14 @@ def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     depth = scaling_curve(ws, cfg.model_copy(update={"scaling_points": ["all"], "scaling_base": False}),
                           log=lambda *_: None)  # a point without the base model's (evaluated or not)
     assert [p["domains"] for p in depth["points"]] == [1] and depth["points"][0]["run_id"] == all_point["run_id"]
+    # an evaluation reported before the first call's argument errors were counted: the point counts them
+    # from the run's trajectories, the same as the report's own
+    rep_file = eval_path(ws, all_point["run_id"])
+    rep = json.loads(rep_file.read_text())
+    counted = rep["diagnostics"].pop("first_call_arguments")
+    rep_file.write_text(json.dumps(rep))
+    older = scaling_curve(ws, cfg.model_copy(update={"scaling_points": ["all"], "scaling_base": False}), log=lambda *_: None)
+    assert older["points"][0]["diagnostics"] == {**rep["diagnostics"], "first_call_arguments": counted}
     # tau2's test split added afterwards, base vs the same checkpoint, the held-out comparison untouched
     tau2 = tau2_comparison(ws, ClosedLoopConfig(tau2_domains=["retail"], tau2_max_scenarios=2), log=lambda *_: None)
     assert tau2["comparison"] == json.loads(json.dumps(cmp)) and tau2["train"]["final_dir"] == out["train"]["final_dir"]

@@ -13,7 +13,7 @@ import pytest
 
 from agentscaler.models import GoldCall, Scenario, Trajectory, Verdict
 from agentscaler.workspace import Workspace
-from tasks.evaluation.evaluate import eval_path, evaluate, summarize
+from tasks.evaluation.evaluate import argument_errors, diagnose, eval_path, evaluate, run_diagnostics, summarize
 from tasks.rollouts.conversation import RolloutConfig
 from tasks.scenarios.build import build_scenarios
 from tests.conftest import load_shop_builder
@@ -59,6 +59,35 @@ def test_summarize_passk_by_calls_and_attribution():
     assert s["attribution"] == {"agent": 2, "user": 1} and s["reasons"] == {"state_mismatch": 3}
 
 
+def test_argument_errors_say_what_is_wrong_with_a_right_tools_call():
+    gold = {"order_id": "o-17", "qty": 2, "note": "gift"}
+    assert argument_errors({"order_id": "o-17", "qty": 2.0, "note": "gift"}, gold) == []  # 2 == 2.0, as call_key
+    assert argument_errors({"order_id": "", "qty": 2}, gold) == ["missing", "empty_value"]
+    assert argument_errors({"order_id": "o-18", "qty": 2, "note": "gift", "rush": True}, gold) == ["wrong_value", "extra"]
+    assert argument_errors({"order_id": "", "qty": 3, "note": "gift"}, gold) == ["empty_value", "wrong_value"]
+    assert argument_errors({}, {"q": ""}) == ["missing"]  # gold's own empty string, left out
+    assert argument_errors({"q": ""}, {"q": ""}) == []
+
+
+def test_diagnose_counts_the_first_calls_argument_errors():
+    """Hand-built trajectories (OpenAI-shaped calls, as the engine records them)."""
+    sc = Scenario(id="a", domain="d1", read_only=True, intent="x", gold_hash="g", seed_hash="g",
+                  gold_calls=[GoldCall(name="f", arguments={"k": "v"}), GoldCall(name="g", arguments={})])
+
+    def traj(*calls: tuple[str, str]) -> Trajectory:
+        msgs = [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}}]} for i, (n, a) in enumerate(calls)]
+        return Trajectory(id="t", run_id="r", scenario_id="a", domain="d1", trial=0, messages=msgs, end_reason="user_stop")
+
+    right = diagnose(traj(("f", '{"k": "v"}'), ("g", "{}")), sc)
+    assert right["right_first_call"] and right["argument_errors"] == []
+    empty = diagnose(traj(("f", '{"k": ""}')), sc)
+    assert empty["right_first_tool"] and not empty["right_first_call"] and empty["argument_errors"] == ["empty_value"]
+    assert diagnose(traj(("g", '{"k": ""}')), sc)["argument_errors"] == []  # another tool: not an argument error
+    bad = diagnose(traj(("f", '{"k": ')), sc)  # unparsed arguments: gold's left out, one extra
+    assert bad["argument_errors"] == ["missing", "extra"]
+
+
 def test_evaluate_end_to_end_oracle_and_chatty(ws: Workspace):
     cfg = RolloutConfig(unsafe=UNSAFE, max_turns=4)
     with scripted(ws, "oracle") as url:
@@ -70,6 +99,12 @@ def test_evaluate_end_to_end_oracle_and_chatty(ws: Workspace):
     assert bad["passed"] == 0 and bad["attribution"].get("agent", 0) > 0
     saved = json.loads(eval_path(ws, good["run_id"]).read_text())
     assert saved["pass^k"] == good["pass^k"] and saved["model"] == "oracle" and saved["k"] == 2
+    # the oracle's first calls are gold's: nothing wrong with their arguments; counted again from the
+    # run's trajectories (as a curve does for a report written before the count existed), the same
+    assert saved["diagnostics"]["right_first_call"] == good["trajectories"]
+    assert saved["diagnostics"]["first_call_arguments"] == dict.fromkeys(("missing", "empty_value", "wrong_value", "extra"), 0)
+    assert run_diagnostics(ws, good["run_id"]) == saved["diagnostics"]
+    assert run_diagnostics(ws, bad["run_id"])["tried_call"] == 0
 
 
 def test_evaluate_tau2_scored_as_tau2_with_agreement(tmp_path):

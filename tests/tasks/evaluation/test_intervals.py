@@ -85,6 +85,12 @@ def test_breakdown_and_comparison_by_group_and_length():
     md = markdown(cmp, "base", "sft")
     assert "| single-call (1) | 1 | 0.0 [0.0, 0.0] | 100.0 [100.0, 100.0] | no | 100.0 [100.0, 100.0] |" in md
     assert "no_tool_calls 4" in md and "**not met**" in md
+    assert "First calls with the right tool but other arguments" not in md  # reports that did not count them
+    trained_report = _report(trained, "sft")
+    trained_report["diagnostics"]["first_call_arguments"] = {"missing": 0, "empty_value": 1, "wrong_value": 0, "extra": 0}
+    md = markdown(compare(_report(base, "base"), trained_report), "base", "sft")
+    assert "| model | missing | empty value | wrong value | extra |" in md
+    assert "| base | n/a | n/a | n/a | n/a |" in md and "| sft | 0 | 1 | 0 | 0 |" in md
 
 
 def _curve_point(domains: int, passed: set[int], n: int = 60) -> dict:
