@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ from tasks.sft.export import export_sft
 from tasks.sft.train import train_stage
 from tasks.verify.verify import verify_run
 from training.gguf_convert import convert_smollm2, load_tokenizer
+from training.resume import RESUME_FILE
 from training.resume import latest as latest_checkpoint
 from training.tiny import build_tiny_model
 
@@ -332,6 +334,7 @@ def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: l
             log(f"[closed-loop] {name}: {other} trained on the same rows for {max_steps} steps, reusing its checkpoint")
             return {"export": _export_brief(export), "train": done["train"], "key": done["key"], "reused_from": other}
     conf, key = training_key(ws, cfg, base, max_steps)
+    swap_model(base, key, log)
     result_path = base / "model" / "result.json"
     key_path = base / "model" / "key.json"
     if result_path.exists() and key_path.exists() and json.loads(key_path.read_text()).get("key") == key:
@@ -348,6 +351,49 @@ def export_and_train(ws: Workspace, cfg: ClosedLoopConfig, name: str, domains: l
                          resume_key=key if max_steps is not None else None)
     atomic_write_json(key_path, {"key": key})
     return {"export": _export_brief(export), "train": result, "key": key}
+
+
+SHELF = "shelved"  # closed_loop/<name>/shelved/<key>/: the models this folder trained under other keys
+
+
+def model_key(model: Path) -> str | None:
+    """The key of what a run folder's model/ holds: the keyed run last started in it (resume.json: in
+    progress, or finished), else the finished run's (key.json: a budgeted one); None when neither."""
+    for name in (RESUME_FILE, "key.json"):
+        try:
+            return str(json.loads((model / name).read_text())["key"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def keyed_model(base: Path, key: str) -> Path:
+    """Where a run folder keeps the model of `key`: model/, or its shelf when another took its place."""
+    shelved = base / SHELF / key
+    return shelved if model_key(base / "model") != key and shelved.is_dir() else base / "model"
+
+
+def swap_model(base: Path, key: str, log: Any = print) -> None:
+    """Before a run folder trains under `key`: what model/ holds of another key (a finished model, or
+    checkpoints a restart resumes from) is shelved under that key instead of being overwritten or
+    removed, and a model shelved under `key` is put back. A curve point's folder is named by its
+    domains (and equal-data cut) only, so curves of other settings (steps, sessions, experience)
+    share it, and each of its models costs an hour or more of CPU training."""
+    model = base / "model"
+    held = model_key(model) if model.exists() else None
+    back = base / SHELF / key
+    if held == key or (held is None and not back.is_dir()):
+        return  # nothing to shelve (an unkeyed folder: an interrupted budgeted run, which starts over)
+    if held is not None:
+        dest = base / SHELF / held
+        shutil.rmtree(dest, ignore_errors=True)  # an older shelf of the same key: superseded
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        model.rename(dest)
+        log(f"[closed-loop] {base.name}: the model of key {held[:8]} shelved in {dest}")
+    if back.is_dir():
+        shutil.rmtree(model, ignore_errors=True)  # left only when unkeyed: nothing to resume in it
+        back.rename(model)
+        log(f"[closed-loop] {base.name}: the model of key {key[:8]} put back from {back}")
 
 
 def training_key(ws: Workspace, cfg: ClosedLoopConfig, base: Path, max_steps: int | None) -> tuple[dict[str, Any], str]:
@@ -606,7 +652,7 @@ def scaling_progress(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict
                 json.loads(export.read_text()).get("session_length") != rows:
             continue
         _, key = training_key(ws, cfg, base, cfg.scaling_steps)
-        model_dir = base / "model"
+        model_dir = keyed_model(base, key)
         done = (model_dir / "result.json").exists() and (model_dir / "key.json").exists() and \
             json.loads((model_dir / "key.json").read_text()).get("key") == key
         if done:

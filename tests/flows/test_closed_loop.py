@@ -16,7 +16,7 @@ from agentscaler.workspace import Workspace
 from benchmarks import run_all
 from flows.closed_loop import (ClosedLoopConfig, _logged_steps, closed_loop, gold_replay_run, interim_comparison,
                                trained_on_same_data, progress, scaling_curve, scaling_progress, stage_config, tau2_comparison,
-                               train_domains)
+                               swap_model, keyed_model, model_key, train_domains)
 from tasks.evaluation.evaluate import eval_path
 from tasks.rollouts.gold import GOLD_AGENT
 from tasks.scenarios.build import build_scenarios
@@ -167,6 +167,21 @@ def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     more = scaling_progress(ws, at.model_copy(update={"scaling_steps": steps + 5}))["points"][1]["training"]
     assert more["finished"] is False and more["of"] == steps + 5 and more["resumes_from"] is None  # another key
     assert scaling_progress(ws, at.model_copy(update={"session_length": 0}))["points"][1]["training"] == "not started"
+    # other steps in the same point folder: its finished model is shelved, not overwritten, and put back
+    # (nothing trained) when the first setting runs again; progress finds either where it is
+    logs: list[str] = []
+    other = scaling_curve(ws, at.model_copy(update={"scaling_base": False, "scaling_steps": steps + 1}),
+                          log=logs.append)["points"][0]
+    assert other["train"]["global_step"] == steps + 1 and other["model"] != point["model"]
+    shelf = ws.root / "closed_loop" / "scaling-1" / "shelved"
+    assert [p.name[:8] for p in shelf.iterdir()] == [point["model"][-8:]] and any("shelved" in line for line in logs)
+    assert scaling_progress(ws, at)["points"][1]["training"]["finished"]  # from its shelf
+    logs.clear()
+    again = scaling_curve(ws, at.model_copy(update={"scaling_base": False}), log=logs.append)["points"][0]
+    assert again["run_id"] == point["run_id"] and again["train"] == point["train"]
+    assert any("put back" in line for line in logs) and not any("training on" in line for line in logs)
+    assert [p.name[:8] for p in shelf.iterdir()] == [other["model"][-8:]]
+    assert scaling_progress(ws, at.model_copy(update={"scaling_steps": steps + 1}))["points"][1]["training"]["finished"]
     stepped = closed_loop(ws, cfg.model_copy(update={"main_steps": steps}), log=lambda *_: None)
     assert stepped["train"]["final_dir"] == point["train"]["final_dir"] != out["train"]["final_dir"]
     assert stepped["trained"]["heldout"]["model"] == point["model"]  # the same checkpoint, now at k = 2
@@ -192,6 +207,32 @@ def test_progress_reads_a_running_training_log(tmp_path):
     log.write_text("$ python -m training.sft ...\n" + "{'loss': '0.3'}\n" * 12 + "$ python -m training.sft ...\n"
                    "resuming from checkpoint-10 (an interrupted run with the same resume key)\n" + "{'loss': '0.2'}\n" * 3)
     assert _logged_steps(log)["steps_logged"] == 13 and _logged_steps(log)["last_loss"] == "0.2"
+
+
+def test_a_point_folder_shelves_the_models_of_other_keys(tmp_path):
+    """Hand-made model folders (the test is about moving them, not training)."""
+    base = tmp_path / "scaling-8"
+
+    def model(key: str, finished: bool) -> None:
+        (base / "model" / "checkpoint-10").mkdir(parents=True)
+        (base / "model" / "resume.json").write_text(json.dumps({"key": key}))
+        if finished:
+            (base / "model" / "key.json").write_text(json.dumps({"key": key}))
+
+    swap_model(base, "a", log=lambda *_: None)  # nothing there: nothing moves
+    assert not base.exists()
+    model("a", finished=True)
+    swap_model(base, "a", log=lambda *_: None)
+    assert model_key(base / "model") == "a" and keyed_model(base, "a") == base / "model"
+    swap_model(base, "b", log=lambda *_: None)  # a is shelved; b starts in an empty model/
+    assert not (base / "model").exists() and model_key(base / "shelved" / "a") == "a"
+    assert keyed_model(base, "a") == base / "shelved" / "a" and keyed_model(base, "b") == base / "model"
+    model("b", finished=False)  # b killed mid-run: its checkpoints are shelved too, to resume later
+    swap_model(base, "a", log=lambda *_: None)
+    assert model_key(base / "model") == "a" and (base / "model" / "key.json").exists()
+    assert model_key(base / "shelved" / "b") == "b" and (base / "shelved" / "b" / "checkpoint-10").exists()
+    swap_model(base, "b", log=lambda *_: None)
+    assert sorted(p.name for p in (base / "shelved").iterdir()) == ["a"] and model_key(base / "model") == "b"
 
 
 def test_a_run_stands_for_another_only_on_the_same_rows_and_steps(tmp_path):
