@@ -71,14 +71,48 @@ def argument_errors(args: dict[str, Any], gold: dict[str, Any]) -> list[str]:
     return [kind for kind in ARGUMENT_ERRORS if found[kind]]
 
 
+def _leaves(v: Any) -> list[str]:
+    """The texts a user would say for a value: its strings and numbers (an integral float as an
+    integer), inside lists and objects too; booleans and nulls have none."""
+    if isinstance(v, dict):
+        return [x for item in v.values() for x in _leaves(item)]
+    if isinstance(v, list):
+        return [x for item in v for x in _leaves(item)]
+    if isinstance(v, bool) or v is None:
+        return []
+    if isinstance(v, float) and v.is_integer():
+        return [str(int(v))]
+    return [str(v)]
+
+
+def values_stated(args: dict[str, Any], gold: dict[str, Any], user_text: str) -> bool:
+    """Whether the user had said every gold value the call got wrong (left out or other) before it:
+    the agent had what it needed, and copying it is what failed."""
+    wrong = [k for k in gold if k not in args or call_key("", {k: args[k]}) != call_key("", {k: gold[k]})]
+    texts = [x.casefold() for k in wrong for x in _leaves(gold[k])]
+    said = user_text.casefold()
+    return bool(texts) and all(x in said for x in texts)
+
+
+def _user_text_before_first_call(messages: list[dict[str, Any]]) -> str:
+    said = []
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            break
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            said.append(m["content"])
+    return "\n".join(said)
+
+
 def diagnose(t: Trajectory, s: Scenario | None) -> dict[str, Any]:
     """How far the agent got on one trial: tried a tool call (well-formed or not), made a well-formed
     one, named the first gold tool first, made the first gold call exactly (name and arguments), and
-    when it named the right tool with other arguments, what was wrong with them (argument_errors)."""
+    when it named the right tool with other arguments, what was wrong with them (argument_errors)
+    and whether the user had said the values it got wrong before the call (values_stated)."""
     said = [m for m in t.messages if m.get("role") == "assistant"]
     tried = any(m.get("tool_calls") or "tool_call>" in str(m.get("content") or "") for m in said)
     calls = agent_calls(t.messages)
-    right_tool = right_call = False
+    right_tool = right_call = stated = False
     errors: list[str] = []
     if calls and s is not None and s.gold_calls:
         first, gold = calls[0], s.gold_calls[0]
@@ -86,8 +120,9 @@ def diagnose(t: Trajectory, s: Scenario | None) -> dict[str, Any]:
         right_call = right_tool and call_key(first["name"], first["arguments"]) == call_key(gold.name, gold.arguments)
         if right_tool and not right_call:
             errors = argument_errors(first["arguments"], gold.arguments)
+            stated = values_stated(first["arguments"], gold.arguments, _user_text_before_first_call(t.messages))
     return {"tried_call": tried, "well_formed_call": bool(calls), "right_first_tool": right_tool,
-            "right_first_call": right_call, "argument_errors": errors}
+            "right_first_call": right_call, "argument_errors": errors, "values_stated": stated}
 
 
 DIAGNOSTICS = ("tried_call", "well_formed_call", "right_first_tool", "right_first_call")
@@ -95,9 +130,11 @@ DIAGNOSTICS = ("tried_call", "well_formed_call", "right_first_tool", "right_firs
 
 def diagnostics(diag: list[dict[str, Any]]) -> dict[str, Any]:
     """diagnose's trials counted: trials per step reached, and first calls with the right tool but
-    other arguments by what was wrong (a call can be wrong in several ways)."""
+    other arguments by what was wrong (a call can be wrong in several ways) and how many of them
+    got wrong only values the user had said before the call."""
     return {**{key: sum(d[key] for d in diag) for key in DIAGNOSTICS},
-            "first_call_arguments": {kind: sum(kind in d["argument_errors"] for d in diag) for kind in ARGUMENT_ERRORS}}
+            "first_call_arguments": {**{kind: sum(kind in d["argument_errors"] for d in diag) for kind in ARGUMENT_ERRORS},
+                                     "values_stated": sum(d["values_stated"] for d in diag)}}
 
 
 def run_diagnostics(ws: Workspace, run_id: str) -> dict[str, Any]:

@@ -13,7 +13,8 @@ import pytest
 
 from agentscaler.models import GoldCall, Scenario, Trajectory, Verdict
 from agentscaler.workspace import Workspace
-from tasks.evaluation.evaluate import argument_errors, diagnose, eval_path, evaluate, run_diagnostics, summarize
+from tasks.evaluation.evaluate import (argument_errors, diagnose, diagnostics, eval_path, evaluate, run_diagnostics,
+                                      summarize, values_stated)
 from tasks.rollouts.conversation import RolloutConfig
 from tasks.scenarios.build import build_scenarios
 from tests.conftest import load_shop_builder
@@ -86,6 +87,20 @@ def test_diagnose_counts_the_first_calls_argument_errors():
     assert diagnose(traj(("g", '{"k": ""}')), sc)["argument_errors"] == []  # another tool: not an argument error
     bad = diagnose(traj(("f", '{"k": ')), sc)  # unparsed arguments: gold's left out, one extra
     assert bad["argument_errors"] == ["missing", "extra"]
+    assert not empty["values_stated"]  # no user message said "v"
+    told = traj(("f", '{"k": ""}'))
+    told.messages.insert(0, {"role": "user", "content": "Look up V, please."})
+    assert diagnose(told, sc)["values_stated"]  # the user had said it (case aside): copying it failed
+    assert diagnostics([diagnose(told, sc), right])["first_call_arguments"] == {
+        "missing": 0, "empty_value": 1, "wrong_value": 0, "extra": 0, "values_stated": 1}
+
+
+def test_values_stated_reads_the_users_words_before_the_call():
+    gold = {"ids": ["rep_6", "rep_7"], "n": 3.0, "strict": True, "note": None}
+    assert values_stated({"ids": [], "n": 3, "strict": True, "note": None}, gold, "repos rep_6 and REP_7")
+    assert not values_stated({"ids": [], "n": 4, "strict": True}, gold, "repos rep_6 and rep_7")  # 3 never said
+    assert values_stated({"ids": ["rep_6", "rep_7"], "n": 4}, gold, "three, no: 3")  # booleans and nulls need no words
+    assert not values_stated({"strict": False}, {"strict": True}, "strict please")  # nothing a user would say
 
 
 def test_evaluate_end_to_end_oracle_and_chatty(ws: Workspace):
@@ -102,7 +117,8 @@ def test_evaluate_end_to_end_oracle_and_chatty(ws: Workspace):
     # the oracle's first calls are gold's: nothing wrong with their arguments; counted again from the
     # run's trajectories (as a curve does for a report written before the count existed), the same
     assert saved["diagnostics"]["right_first_call"] == good["trajectories"]
-    assert saved["diagnostics"]["first_call_arguments"] == dict.fromkeys(("missing", "empty_value", "wrong_value", "extra"), 0)
+    assert saved["diagnostics"]["first_call_arguments"] == dict.fromkeys(
+        ("missing", "empty_value", "wrong_value", "extra", "values_stated"), 0)
     assert run_diagnostics(ws, good["run_id"]) == saved["diagnostics"]
     assert run_diagnostics(ws, bad["run_id"])["tried_call"] == 0
 

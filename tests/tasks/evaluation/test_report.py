@@ -208,12 +208,13 @@ def test_scaling_report_shows_the_curves_paired_differences_and_verdict(tmp_path
     assert "Verdict: the curve **falls**" in md
     assert "First calls that named the first gold tool" not in md  # no point counted its argument errors
     points[0]["diagnostics"]["first_call_arguments"] = {"missing": 2, "empty_value": 0, "wrong_value": 7, "extra": 1}
-    points[1]["diagnostics"] = {"right_first_tool": 12, "right_first_call": 12,
-                                "first_call_arguments": {"missing": 0, "empty_value": 0, "wrong_value": 0, "extra": 0}}
+    points[1]["diagnostics"] = {"right_first_tool": 12, "right_first_call": 12, "first_call_arguments": {
+        "missing": 0, "empty_value": 0, "wrong_value": 0, "extra": 0, "values_stated": 0}}
     md = scaling_markdown(out)
     assert ("| train domains | right first tool | right first call | other arguments | missing | empty value "
-            "| wrong value | extra |" in md)
-    assert "| 8 | 30 | 21 | 9 | 2 | 0 | 7 | 1 |" in md and "| 32 | 12 | 12 | 0 | 0 | 0 | 0 | 0 |" in md
-    assert "| 128 | n/a | n/a | n/a | n/a | n/a | n/a | n/a |" in md
+            "| wrong value | extra | values stated |" in md)
+    assert "| 8 | 30 | 21 | 9 | 2 | 0 | 7 | 1 | n/a |" in md  # counted before values_stated was
+    assert "| 32 | 12 | 12 | 0 | 0 | 0 | 0 | 0 | 0 |" in md
+    assert "| 128 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |" in md
     out["differences"] = None  # a results file written before the curve kept its counts
     assert "Paired differences" not in scaling_markdown(out)
