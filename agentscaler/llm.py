@@ -412,13 +412,16 @@ class LLMClient:
                    temperature: float = 0.0, max_tokens: int = 512, stage: str = "rollout",
                    cache_salt: Any = None, use_cache: bool = True, tool_choice: Any = None,
                    top_p: float | None = None, seed: int | None = None, stop: list[str] | None = None,
-                   response_format: dict[str, Any] | None = None, endpoint: str | None = None) -> ChatReply:
+                   response_format: dict[str, Any] | None = None, endpoint: str | None = None,
+                   repeat_penalty: float | None = None) -> ChatReply:
         """One assistant turn. cache_salt (e.g. the trial index) keeps k independent samples of
         the same request apart in the cache. endpoint: send it there (waiting for its slot) while it
-        is up, instead of to the least busy one. Raises LLMFormatError on malformed output, the last
+        is up, instead of to the least busy one. repeat_penalty: llama.cpp's name (vLLM reads
+        `repetition_penalty`, default 1.0, and ignores this field); None sends none. Raises LLMFormatError on malformed output, the last
         transient error once retries are spent, LLMHTTPError at once on other 4xx."""
         body = self.request_body(messages, tools, temperature, max_tokens, tool_choice=tool_choice,
-                                 top_p=top_p, seed=seed, stop=stop, response_format=response_format)
+                                 top_p=top_p, seed=seed, stop=stop, response_format=response_format,
+                                 repeat_penalty=repeat_penalty)
         st = self._stage(stage)
         st.requests += 1
         key = content_hash({"body": body, "salt": cache_salt}, 32)

@@ -11,7 +11,8 @@ tested without model noise. Modes (the agent side; requests carrying `tools`):
 - looper: makes the scenario's first gold call again after every tool result, never answering (a
   model that loops to the step limit, for settled-failure stops);
 Requests without tools (a simulated user) get a request first, then "Thanks. ###STOP###".
-GET /stats: requests served and the time-averaged number in flight since the first request.
+GET /stats: requests served, the time-averaged number in flight since the first request, and how
+many agent requests carried each repeat_penalty (what our client sends, for tests of the setting).
 
     python -m benchmarks.scripted_llm --port P --delay 0.2 --scenarios domains/x/scenarios.jsonl
 """
@@ -41,6 +42,7 @@ class Script:
         self.requests = self.in_flight = 0
         self.t_first = self.t_last = None
         self.busy = 0.0  # integral of in-flight over time
+        self.agent_sampling: dict[str, int] = {}  # the agent requests' repeat_penalty (JSON text) -> count
         self._t = None
 
     def _load(self, files: list[str]) -> None:
@@ -99,6 +101,9 @@ def make_app(script: Script) -> Starlette:
         script.requests += 1
         try:
             body = await request.json()
+            if body.get("tools"):
+                seen = json.dumps(body.get("repeat_penalty"))
+                script.agent_sampling[seen] = script.agent_sampling.get(seen, 0) + 1
             await asyncio.sleep(script.delay)
             if script.requests <= script.fail_first:
                 return JSONResponse({"error": "warming up"}, status_code=503)
@@ -112,7 +117,8 @@ def make_app(script: Script) -> Starlette:
         busy = script.busy + (script.in_flight * (now - script._t) if script._t is not None else 0.0)
         span = (script.t_last - script.t_first) if script.t_first is not None else 0.0
         return JSONResponse({"requests": script.requests, "span_s": span, "now": now, "wall": time.time(), "busy_integral": busy,
-                             "in_flight": script.in_flight, "mean_in_flight": script.busy / span if span else 0.0})
+                             "in_flight": script.in_flight, "mean_in_flight": script.busy / span if span else 0.0,
+                             "agent_repeat_penalty": script.agent_sampling})
 
     async def models(request: Request) -> JSONResponse:
         return JSONResponse({"data": [{"id": "scripted"}]})

@@ -621,6 +621,16 @@ def _endpoint(llm: str | None, ws: Workspace, checkpoint: Path | None = None, en
         yield urls
 
 
+def _penalty(value: str | None) -> dict[str, Any]:
+    """--repeat-penalty as RolloutConfig fields: nothing (its default), None for 'server', or the number."""
+    if value is None:
+        return {}
+    try:
+        return {"repeat_penalty": None if value == "server" else float(value)}
+    except ValueError:
+        raise typer.BadParameter(f"--repeat-penalty is a number or 'server', not {value!r}") from None
+
+
 @app.command("rollout")
 def rollout_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL(s), comma-separated, or 'local' (starts SmolLM2) (default $AGENTSCALER_LLM_URL, else the local server)."),
                 model: Optional[str] = typer.Option(None, "--model", help="Model name sent to the server (default smollm2-135m)."),
@@ -632,6 +642,7 @@ def rollout_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-co
                 concurrency: int = typer.Option(8, "--concurrency", help="Requests in flight per endpoint."),
                 max_turns: int = typer.Option(10, "--max-turns", help="User turns before the turn limit."),
                 temperature: Optional[float] = typer.Option(None, "--temperature", help="Agent temperature (default 0, or 0.7 with --trials > 1)."),
+                repeat_penalty: Optional[str] = typer.Option(None, "--repeat-penalty", help="The agent's repetition penalty (default 1.0: none, as vLLM's default); 'server': the server's own default (llama-cpp-python's 1.1), as runs made before this option."),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                 workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Simulated user <-> agent <-> sandboxed tools; appends rollouts/<run>/trajectories.jsonl."""
@@ -641,7 +652,7 @@ def rollout_cmd(llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-co
         raise typer.Exit(2)
     temp = sampling_temperature(trials, temperature)
     cfg = RolloutConfig(user=user, max_turns=max_turns, temperature=temp, user_temperature=temp,
-                        unsafe=Settings.from_env().allow_unsafe_sandbox)
+                        unsafe=Settings.from_env().allow_unsafe_sandbox, **_penalty(repeat_penalty))
     ws = Workspace(workspace_path())
     with _endpoint(llm, ws) as urls:
         out = run_rollouts(ws, urls, model=model or "smollm2-135m", trials=trials, split=split,
@@ -777,6 +788,7 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
                  engine: str = typer.Option("llama", "--engine", help="How --checkpoint is served: llama (its GGUF export, the same server and decoding as the base model) | hf (transformers)."),
                  precision: str = typer.Option("f16", "--precision", help="GGUF precision of --checkpoint: f16 | f32."),
                  stop_when_failed: bool = typer.Option(False, "--stop-when-failed", help="End a trial once verification must fail it (a call or text made 3 times, a malformed reply): the same verdicts, fewer requests; never on --tau2."),
+                 repeat_penalty: Optional[str] = typer.Option(None, "--repeat-penalty", help="The agent's repetition penalty (default 1.0: none, as vLLM's default); 'server': the server's own default (llama-cpp-python's 1.1), as evaluations made before this option."),
                  as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                  workspace: Optional[Path] = WORKSPACE, quiet: bool = QUIET) -> None:
     """Held-out evaluation: pass^k per domain with 95% bootstrap intervals, single- and multi-call apart,
@@ -793,7 +805,8 @@ def evaluate_cmd(model: Optional[str] = typer.Option(None, "--model", help="Mode
         raise typer.Exit(1)
     temp = sampling_temperature(k)
     cfg = RolloutConfig(user=user, max_turns=max_turns, temperature=temp, user_temperature=temp,
-                        unsafe=Settings.from_env().allow_unsafe_sandbox, stop_when_failed=stop_when_failed)
+                        unsafe=Settings.from_env().allow_unsafe_sandbox, stop_when_failed=stop_when_failed,
+                        **_penalty(repeat_penalty))
     with _endpoint(llm, ws, checkpoint, engine, precision) as urls:
         rep = evaluate(ws, urls, model=model or "smollm2-135m", k=k, split=split, max_scenarios=max_scenarios,
                        tau2=tau2, run_id=run, cfg=cfg, concurrency=concurrency, agreement_sample=agreement_sample,

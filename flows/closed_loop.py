@@ -101,6 +101,9 @@ class ClosedLoopConfig(BaseModel):
     # end a trial once verification must fail it (RolloutConfig.stop_when_failed): the same verdicts with
     # fewer requests from a looping model; off by default so runs made without it keep their ids
     stop_when_failed: bool = False
+    # the agent's repetition penalty (RolloutConfig.repeat_penalty): 1.0, none; None, the server's default
+    # (llama-cpp-python's 1.1), as every evaluation made before the setting existed
+    repeat_penalty: float | None = 1.0
     # the llama.cpp servers' context, the same for every model compared (SmolLM2 is trained to 8192
     # positions; the evaluation set keeps prompts <= max_prompt_tokens so conversations fit in 4096)
     n_ctx: int = 4096
@@ -221,7 +224,8 @@ def rollout_config(cfg: ClosedLoopConfig, k: int) -> RolloutConfig:
     off), so finished_evaluation finds the run evaluate() wrote (its id hashes these settings)."""
     temp = sampling_temperature(k)
     return RolloutConfig(max_turns=cfg.max_turns, max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
-                         temperature=temp, user_temperature=temp, goal_check=False, stop_when_failed=cfg.stop_when_failed)
+                         temperature=temp, user_temperature=temp, goal_check=False, stop_when_failed=cfg.stop_when_failed,
+                         repeat_penalty=cfg.repeat_penalty)
 
 
 def evaluate_model(ws: Workspace, cfg: ClosedLoopConfig, checkpoint: Path, name: str, k: int,

@@ -26,15 +26,16 @@ def agent_system_prompt(domain: str, description: str = "") -> str:
 
 async def agent_turn(client: LLMClient, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
                      temperature: float = 0.0, max_tokens: int = 512, salt: Any = None,
-                     seed: int | None = None,
-                     endpoint: str | None = None) -> tuple[dict[str, Any], ChatReply | None, str | None]:
+                     seed: int | None = None, endpoint: str | None = None,
+                     repeat_penalty: float | None = None) -> tuple[dict[str, Any], ChatReply | None, str | None]:
     """One assistant turn: (message to append, reply or None, format error or None).
 
     Transient LLM errors propagate (the caller retries the turn); a malformed reply becomes a
     plain assistant message holding the raw text, with the error returned alongside."""
     try:
         reply = await client.chat(messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
-                                  stage="rollout_agent", cache_salt=salt, seed=seed, endpoint=endpoint)
+                                  stage="rollout_agent", cache_salt=salt, seed=seed, endpoint=endpoint,
+                                  repeat_penalty=repeat_penalty)
     except LLMFormatError as exc:
         return {"role": "assistant", "content": exc.raw or ""}, None, str(exc)
     return reply.message(), reply, None

@@ -42,6 +42,13 @@ class RolloutConfig(BaseModel):
     max_steps: int = Field(8, ge=1)  # agent tool-call rounds within one turn
     temperature: float = 0.0
     user_temperature: float = 0.0
+    # The agent's repetition penalty, sent with every request: 1.0 (none), vLLM's default and OpenAI's.
+    # llama-cpp-python's server default, 1.1, divides the logit of every token among the last 64 the
+    # agent generated, among them the ones a call must copy from the user's words (an id "rep_6" after
+    # the key "repo_id" shares "_" with it): measured on a trained SmolLM2-135M, it turned copied
+    # values into empty strings (README, "repetition penalty"). None: the server's own default, as
+    # every run made before this setting (their run ids stay theirs).
+    repeat_penalty: float | None = 1.0
     max_tokens: int = 512
     user_max_tokens: int = 200
     patience: int = Field(8, ge=1)  # the scripted user's own limit
@@ -180,7 +187,8 @@ async def run_conversation(scenario: Scenario, trial: int, run_id: str, client: 
                 for step in range(cfg.max_steps):
                     msg, reply, ferr = await _retry_turn(
                         lambda: agent_turn(client, messages, tools, temperature=cfg.temperature,
-                                           max_tokens=cfg.max_tokens, salt=trial, seed=trial, endpoint=lane),
+                                           max_tokens=cfg.max_tokens, salt=trial, seed=trial, endpoint=lane,
+                                           repeat_penalty=cfg.repeat_penalty),
                         cfg, counters, who="agent")
                     messages.append(msg)
                     counters["agent_turns"] += 1

@@ -40,6 +40,8 @@ def default_run_id(model: str, cfg: RolloutConfig, trials: int, scenario_ids: li
     keep = cfg.model_dump(exclude={"max_in_flight", "unsafe", "turn_retries", "retry_wait"})
     if not keep["stop_when_failed"]:
         del keep["stop_when_failed"]  # runs made before the setting existed keep their ids (and resume)
+    if keep["repeat_penalty"] is None:
+        del keep["repeat_penalty"]  # the server's default: as runs made before the setting existed
     return "r" + content_hash({"model": model, "cfg": keep, "trials": trials, "scenarios": sorted(scenario_ids)}, 12)
 
 

@@ -209,3 +209,12 @@ def test_cli_evaluate_stops_settled_failures(ws: Workspace) -> None:
     rep = json.loads(res.stdout)
     assert rep["trajectories"] == 2 and rep["passed"] == 0 and rep["rollout"]["end_reasons"] == {"settled_failure": 2}
     assert rep["reasons"]["repetition"] == 2 and rep["attribution"]["agent"] == 2
+    # the agent's repetition penalty is part of the run (its id): the server's default is another run
+    with scripted(ws, "looper") as url:
+        server = CliRunner().invoke(app, ["-w", str(ws.root), "evaluate", "--llm", url, "--model", "looper", "--k", "1",
+                                          "--split", "all", "--max-scenarios", "2", "--stop-when-failed",
+                                          "--repeat-penalty", "server", "--json"])
+    assert server.exit_code == 0, server.output
+    assert json.loads(server.stdout)["run_id"] != rep["run_id"]
+    bad = CliRunner().invoke(app, ["-w", str(ws.root), "evaluate", "--llm", "http://127.0.0.1:9/v1", "--repeat-penalty", "some"])
+    assert bad.exit_code == 2 and "--repeat-penalty is a number or 'server'" in bad.output

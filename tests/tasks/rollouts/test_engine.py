@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 
+import httpx
 import pytest
 
 from agentscaler.artifacts import TRAJECTORIES
@@ -82,6 +83,17 @@ def test_oracle_rollout_records_verifies_and_resumes_after_a_crash(ws: Workspace
         assert rep3["written"] == 0 and rep3["skipped_existing"] == 2 * n
 
 
+def test_the_agent_sends_its_repetition_penalty(ws: Workspace) -> None:
+    """Every agent request carries RolloutConfig.repeat_penalty (1.0 by default; none when None: the
+    server's default), as the scripted endpoint counts them (the test is about what we send)."""
+    with scripted_server(ws) as url:
+        run_rollouts(ws, url, model="scripted", split="all", max_scenarios=1, cfg=_cfg(), run_id="rp", use_cache=False)
+        run_rollouts(ws, url, model="scripted", split="all", max_scenarios=1, run_id="rp-server",
+                     cfg=_cfg().model_copy(update={"repeat_penalty": None}), use_cache=False)
+        seen = httpx.get(url + "/stats").json()["agent_repeat_penalty"]
+    assert set(seen) == {"1.0", "null"} and min(seen.values()) >= 2  # a call and the answer after it, each run
+
+
 def test_run_lock_keeps_a_second_writer_out(ws: Workspace) -> None:
     w = TrajectoryWriter(ws.rollout_dir("locked"))
     try:
@@ -148,12 +160,15 @@ def test_a_looping_agent_is_stopped_once_its_failure_is_settled(ws: Workspace) -
 
 
 def test_run_ids_made_without_the_settled_stop_are_unchanged() -> None:
-    """A run made before stop_when_failed existed resumes: the setting enters the id only when on."""
-    cfg = RolloutConfig()
-    before = cfg.model_dump(exclude={"max_in_flight", "unsafe", "turn_retries", "retry_wait", "stop_when_failed"})
+    """A run made before stop_when_failed and repeat_penalty existed resumes: the first enters the id
+    only when on, the second only when sent (None: the server's default, as those runs had)."""
+    cfg = RolloutConfig(repeat_penalty=None)
+    before = cfg.model_dump(exclude={"max_in_flight", "unsafe", "turn_retries", "retry_wait", "stop_when_failed",
+                                     "repeat_penalty"})
     old = "r" + content_hash({"model": "m", "cfg": before, "trials": 1, "scenarios": ["a"]}, 12)
     assert default_run_id("m", cfg, 1, ["a"]) == old
     assert default_run_id("m", cfg.model_copy(update={"stop_when_failed": True}), 1, ["a"]) != old
+    assert default_run_id("m", RolloutConfig(), 1, ["a"]) != old  # the default sends 1.0: another decoding
 
 
 def test_transient_server_errors_retry_the_turn(ws: Workspace) -> None:
