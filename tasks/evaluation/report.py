@@ -401,6 +401,14 @@ def _planned(cfg: dict[str, Any]) -> str:
     return f"{cfg['main_steps']} steps planned" if cfg.get("main_steps") else f"{cfg['budget_minutes']} min budget"
 
 
+def penalty_text(cfg: dict[str, Any]) -> str:
+    """The agent's repetition penalty as a report says it (a config written before the setting, or
+    None: the server's default, llama-cpp-python's 1.1)."""
+    value = cfg.get("repeat_penalty")
+    return ("the server's default repetition penalty (llama-cpp-python: 1.1)" if value is None
+            else f"repetition penalty {value:g}" + (" (none)" if value == 1.0 else ""))
+
+
 def closed_loop_markdown(out: dict[str, Any]) -> str:
     """reports/closed_loop.md from reports/closed_loop.json (flows/closed_loop.py)."""
     cfg, ev, tr = out["config"], out["eval_set"], out["train"]
@@ -409,8 +417,8 @@ def closed_loop_markdown(out: dict[str, Any]) -> str:
         (f"Evaluation set: {ev['scenarios']} held-out scenarios from {len(ev['domains'])} held-out domains "
          f"({ev['single_call']} single-call, {ev['multi_call']} multi-call; prompts <= "
          f"{ev['criteria']['max_prompt_tokens']} tokens), k = {cfg['k']} trials each at temperature "
-         f"{sampling_temperature(cfg['k'])}, scripted user, the same scenarios for both models, both served by the "
-         "same runtime with the same decoding."), "",
+         f"{sampling_temperature(cfg['k'])} and {penalty_text(cfg)}, scripted user, the same scenarios for both models, "
+         "both served by the same runtime with the same decoding."), "",
         compare_markdown(out["comparison"], "base", "trained"),
     ]
     if out.get("tau2_comparison"):
@@ -473,8 +481,8 @@ def scaling_markdown(out: dict[str, Any]) -> str:
     """reports/scaling.md from reports/scaling.json (flows/closed_loop.scaling_curve)."""
     cfg = out["config"]
     lines = ["# Environment-scaling curve (SmolLM2-135M, CPU)", "",
-             (f"Held-out pass^1 (k = {cfg['scaling_k']}, in percent, 95% bootstrap interval over scenarios) on the same "
-              f"evaluation set, after SFT on the first N train domains (a fixed hash order: each set contains the "
+             (f"Held-out pass^1 (k = {cfg['scaling_k']}, in percent, 95% bootstrap interval over scenarios; the agent "
+              f"at {penalty_text(cfg)}) on the same evaluation set, after SFT on the first N train domains (a fixed hash order: each set contains the "
               f"smaller ones), {out['steps']} optimizer steps each (batch {cfg['batch_size']} x {cfg['grad_accum']}), "
               f"the same learning rate, "
               f"{'sessions of up to ' + str(cfg['session_length']) + ' tokens' if cfg.get('session_length') else 'rows (one conversation each)'}"

@@ -167,6 +167,10 @@ def test_scaling_report_of_a_partial_curve_names_the_missing_points(tmp_path):
                       "scaling_points": ["8", "32", "all", "128"]}}
     md = scaling_markdown(out)
     assert "| 8 | 0 | 5.0 [1.0, 10.0] |" in md and "Not measured: 32, 128 train domains" in md
+    assert "the agent at the server's default repetition penalty (llama-cpp-python: 1.1)" in md  # a config from before
+    out["config"]["repeat_penalty"] = 1.0
+    assert "the agent at repetition penalty 1 (none))" in scaling_markdown(out)
+    del out["config"]["repeat_penalty"]
     assert "by reason" not in md  # no point recorded its reasons
     points[1].update(reasons={"call_mismatch": 3, "repetition": 9}, train={"last_loss": 0.02, "epochs": 2.857})
     points[2]["reasons"] = {"call_mismatch": 5}
