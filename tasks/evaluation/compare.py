@@ -86,6 +86,23 @@ def curve_differences(curve: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {"steps": steps, "span": span, "verdict": verdict}
 
 
+def setting_differences(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two curves of the same checkpoints evaluated two ways (another decoding or evaluation setting,
+    nothing trained again): per point both evaluate, its pass^1 under each and the paired difference
+    after - before on the scenarios both scored. Points pair by label and must name the same model
+    (checkpoint); those that do not, or lack per-scenario counts, are left out."""
+    by_label = {p["label"]: p for p in before}
+    out = []
+    for b in after:
+        a = by_label.get(b["label"])
+        if a is None or a.get("model") != b.get("model") or not a.get("scenario_counts") or not b.get("scenario_counts"):
+            continue
+        out.append({"label": b["label"], "model": b.get("model"), "before": a["pass^1"], "after": b["pass^1"],
+                    "difference": paired_difference(_pairs(a["scenario_counts"]), _pairs(b["scenario_counts"]), 1),
+                    "diagnostics": {"before": a.get("diagnostics"), "after": b.get("diagnostics")}})
+    return out
+
+
 def points(x: Any) -> str:
     """A rate in percentage points, one decimal ("n/a" for None)."""
     return "n/a" if x is None else f"{100 * float(x):.1f}"

@@ -118,3 +118,20 @@ def test_curve_differences_say_whether_more_domains_beat_fewer_beyond_the_noise(
     assert curve_differences(mixed)["verdict"] == "mixed"
     assert curve_differences([base, _curve_point(8, {1})]) is None  # one trained point: no curve
     assert curve_differences([_curve_point(8, {1}), {"domains": 32, "label": "32"}]) is None  # no counts recorded
+
+
+def test_setting_differences_pair_the_same_checkpoints_points():
+    """Hand-built points (the test is about pairing and the arithmetic): one checkpoint evaluated two ways."""
+    from tasks.evaluation.compare import setting_differences
+
+    def point(label: str, model: str, passed: set[int]) -> dict:
+        return {**_curve_point(8, passed), "label": label, "model": model, "pass^1": {"estimate": len(passed) / 60},
+                "diagnostics": {"right_first_call": len(passed)}}
+
+    before = [point("8", "m-a", set(range(10))), point("32", "m-b", set(range(10))), point("all", "m-c", set(range(5)))]
+    after = [point("8", "m-a", set(range(25))), point("32", "m-x", set(range(30))), point("all", "m-c", set(range(5)))]
+    rows = setting_differences(before, after)
+    assert [r["label"] for r in rows] == ["8", "all"]  # 32: another checkpoint, not compared
+    assert rows[0]["difference"]["estimate"] == pytest.approx(15 / 60) and rows[0]["difference"]["excludes_zero"]
+    assert rows[1]["difference"]["estimate"] == 0.0 and not rows[1]["difference"]["excludes_zero"]
+    assert rows[0]["diagnostics"] == {"before": {"right_first_call": 10}, "after": {"right_first_call": 25}}
