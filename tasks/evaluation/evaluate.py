@@ -58,16 +58,19 @@ def result_rows(trajectories: list[Trajectory], scenarios: dict[str, Scenario]) 
 ARGUMENT_ERRORS = ("missing", "empty_value", "wrong_value", "extra")
 
 
+def _wrong(args: dict[str, Any], gold: dict[str, Any]) -> list[str]:
+    """Gold's arguments that a call left out or gave another value (compared as call_key compares them)."""
+    return [k for k in gold if k not in args or call_key("", {k: args[k]}) != call_key("", {k: gold[k]})]
+
+
 def argument_errors(args: dict[str, Any], gold: dict[str, Any]) -> list[str]:
     """What is wrong with a call's arguments against the gold call's, by ARGUMENT_ERRORS: a gold
-    argument left out, given as an empty string (gold's is not), given another value (compared
-    as call_key compares them), or an argument gold lacks. [] when they are the same call."""
-    def same(k: str) -> bool:
-        return call_key("", {k: args[k]}) == call_key("", {k: gold[k]})
-
-    shared = [k for k in gold if k in args and not same(k)]
-    found = {"missing": any(k not in args for k in gold), "empty_value": any(args[k] == "" for k in shared),
-             "wrong_value": any(args[k] != "" for k in shared), "extra": any(k not in gold for k in args)}
+    argument left out, given as an empty string (gold's is not), given another value, or an
+    argument gold lacks. [] when they are the same call."""
+    wrong = _wrong(args, gold)
+    given = [k for k in wrong if k in args]
+    found = {"missing": len(given) < len(wrong), "empty_value": any(args[k] == "" for k in given),
+             "wrong_value": any(args[k] != "" for k in given), "extra": any(k not in gold for k in args)}
     return [kind for kind in ARGUMENT_ERRORS if found[kind]]
 
 
@@ -88,8 +91,7 @@ def _leaves(v: Any) -> list[str]:
 def values_stated(args: dict[str, Any], gold: dict[str, Any], user_text: str) -> bool:
     """Whether the user had said every gold value the call got wrong (left out or other) before it:
     the agent had what it needed, and copying it is what failed."""
-    wrong = [k for k in gold if k not in args or call_key("", {k: args[k]}) != call_key("", {k: gold[k]})]
-    texts = [x.casefold() for k in wrong for x in _leaves(gold[k])]
+    texts = [x.casefold() for k in _wrong(args, gold) for x in _leaves(gold[k])]
     said = user_text.casefold()
     return bool(texts) and all(x in said for x in texts)
 
