@@ -98,10 +98,13 @@ def report_progress(ws, out: dict, no_copy: bool) -> None:
 
 def report_scaling_progress(ws, out: dict, no_copy: bool, name: str) -> None:
     """Interim state of a curve that spans sessions (`out`: flows.closed_loop.scaling_progress)."""
+    from tasks.evaluation.report import penalty_text
+
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     lines = [f"# Scaling curve: interim progress ({when})", "",
              f"Not the curve: where the resumable run on {ws.root} stands, read from its files. {out['steps']} steps a "
-             f"point, k = {out['k']} on {out['scenarios']} held-out scenarios.", "",
+             f"point, k = {out['k']} on {out['scenarios']} held-out scenarios, the agent at {penalty_text(out)} (its "
+             "evaluations at another penalty are other runs).", "",
              "| train domains | training | held-out evaluation |", "|---|---|---|"]
     for p in out["points"]:
         tr, ev = p.get("training", "none (base model)"), p.get("evaluation")  # the base point trains nothing

@@ -668,7 +668,8 @@ def scaling_progress(ws: Workspace, cfg: ClosedLoopConfig | None = None) -> dict
             resumable = latest_checkpoint(model_dir, key)
             point["training"] = {"finished": False, "of": cfg.scaling_steps, **_logged_steps(model_dir / "train.log"),
                                  "resumes_from": resumable.name if resumable is not None else None}
-    return {"steps": cfg.scaling_steps, "k": cfg.scaling_k, "scenarios": len(ids), "points": points}
+    return {"steps": cfg.scaling_steps, "k": cfg.scaling_k, "scenarios": len(ids), "repeat_penalty": cfg.repeat_penalty,
+            "points": points}
 
 
 def scaling_curve(ws: Workspace, cfg: ClosedLoopConfig | None = None, log: Any = print) -> dict[str, Any]:
