@@ -417,8 +417,9 @@ class LLMClient:
         """One assistant turn. cache_salt (e.g. the trial index) keeps k independent samples of
         the same request apart in the cache. endpoint: send it there (waiting for its slot) while it
         is up, instead of to the least busy one. repeat_penalty: llama.cpp's name (vLLM reads
-        `repetition_penalty`, default 1.0, and ignores this field); None sends none. Raises LLMFormatError on malformed output, the last
-        transient error once retries are spent, LLMHTTPError at once on other 4xx."""
+        `repetition_penalty`, default 1.0, and ignores this field); None sends none. Raises
+        LLMFormatError on malformed output, the last transient error once retries are spent,
+        LLMHTTPError at once on other 4xx."""
         body = self.request_body(messages, tools, temperature, max_tokens, tool_choice=tool_choice,
                                  top_p=top_p, seed=seed, stop=stop, response_format=response_format,
                                  repeat_penalty=repeat_penalty)

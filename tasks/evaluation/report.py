@@ -482,8 +482,8 @@ def scaling_markdown(out: dict[str, Any]) -> str:
     cfg = out["config"]
     lines = ["# Environment-scaling curve (SmolLM2-135M, CPU)", "",
              (f"Held-out pass^1 (k = {cfg['scaling_k']}, in percent, 95% bootstrap interval over scenarios; the agent "
-              f"at {penalty_text(cfg)}) on the same evaluation set, after SFT on the first N train domains (a fixed hash order: each set contains the "
-              f"smaller ones), {out['steps']} optimizer steps each (batch {cfg['batch_size']} x {cfg['grad_accum']}), "
+              f"at {penalty_text(cfg)}) on the same evaluation set, after SFT on the first N train domains (a fixed "
+              f"hash order: each set contains the smaller ones), {out['steps']} optimizer steps each (batch {cfg['batch_size']} x {cfg['grad_accum']}), "
               f"the same learning rate, "
               f"{'sessions of up to ' + str(cfg['session_length']) + ' tokens' if cfg.get('session_length') else 'rows (one conversation each)'}"
               f" and data recipe (gold replays of the domains' train scenarios"
