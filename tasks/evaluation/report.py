@@ -537,8 +537,13 @@ def scaling_differences(diff: dict[str, Any] | None) -> list[str]:
     return ["", "Paired differences in pass^1 (points, the same scenarios resampled together; the last row, when "
             "there are more than two trained points, is the widest point against the narrowest):", "",
             markdown_table(["train domains", "difference", "interval excludes 0"], rows), "",
-            f"Verdict: the curve **{diff['verdict']}** (rises: the widest point beats the narrowest with an interval "
-            "above 0 and no step falls with one below 0)."]
+            f"Verdict: the curve {VERDICT_WORDS.get(diff['verdict'], diff['verdict'])} (rises: the widest point beats "
+            "the narrowest with an interval above 0 and no step falls with one below 0)."]
+
+
+# compare.curve_differences' verdict as a report's sentence says it
+VERDICT_WORDS = {"rises": "**rises**", "falls": "**falls**", "flat": "is **flat** (no difference beyond the noise)",
+                 "mixed": "is **mixed** (a step falls beyond the noise, the ends do not differ)"}
 
 
 def scaling_reasons(points: list[dict[str, Any]], stopped: bool = False) -> list[str]:

@@ -210,6 +210,9 @@ def test_scaling_report_shows_the_curves_paired_differences_and_verdict(tmp_path
     assert "| 30 | 21 | n/a | n/a |" in md  # right first tool, right first call (arguments too), no training record
     assert "| 8 -> 32 | -20.0 [" in md and "| 32 -> 128 | -10.0 [" in md and "| 8 -> 128 | -30.0 [" in md
     assert "Verdict: the curve **falls**" in md
+    out["differences"] = {**out["differences"], "verdict": "flat"}
+    assert "Verdict: the curve is **flat** (no difference beyond the noise)" in scaling_markdown(out)
+    out["differences"] = curve_differences(points)
     assert "First calls that named the first gold tool" not in md  # no point counted its argument errors
     points[0]["diagnostics"]["first_call_arguments"] = {"missing": 2, "empty_value": 0, "wrong_value": 7, "extra": 1}
     points[1]["diagnostics"] = {"right_first_tool": 12, "right_first_call": 12, "first_call_arguments": {
