@@ -133,6 +133,7 @@ def main() -> None:
     from agentscaler.workspace import Workspace
     from flows.closed_loop import (ClosedLoopConfig, closed_loop, interim_comparison, progress, scaling_curve,
                                    scaling_progress, tau2_comparison)
+    from tasks.rollouts.conversation import repeat_penalty_setting
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workspace", required=True)
@@ -157,7 +158,7 @@ def main() -> None:
     ap.add_argument("--tau2-max-scenarios", type=int, default=None, help="per tau2 split (default: every test task)")
     ap.add_argument("--stop-when-failed", action="store_true", default=None, help="end a trial once verification "
                     "must fail it (a repeated call, a malformed reply): same verdicts, fewer requests")
-    ap.add_argument("--repeat-penalty", default=None, help="the agent's repetition penalty (default 1.0: none, as "
+    ap.add_argument("--repeat-penalty", type=repeat_penalty_setting, default=argparse.SUPPRESS, help="the agent's repetition penalty (default 1.0: none, as "
                     "vLLM's default); 'server': the server's own default (llama-cpp-python's 1.1), as every evaluation "
                     "made before this option existed")
     ap.add_argument("--threads", type=int, default=None, dest="torch_threads", help="training threads")
@@ -184,9 +185,8 @@ def main() -> None:
     tau2_only = a.pop("tau2_only")
     if domains:
         a["scaling_points"] = [d.strip() for d in domains.split(",") if d.strip()]
-    penalty = a.pop("repeat_penalty")
-    cfg = ClosedLoopConfig(**{k: v for k, v in a.items() if v is not None},
-                           **({} if penalty is None else {"repeat_penalty": None if penalty == "server" else float(penalty)}))
+    penalty = {"repeat_penalty": a.pop("repeat_penalty")} if "repeat_penalty" in a else {}  # None: 'server'
+    cfg = ClosedLoopConfig(**{k: v for k, v in a.items() if v is not None}, **penalty)
     if only_progress and domains:
         report_scaling_progress(ws, scaling_progress(ws, cfg), no_copy, stem or "scaling")
         return

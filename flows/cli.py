@@ -45,7 +45,7 @@ from tasks.evaluation.contamination import check_contamination
 from tasks.evaluation.eval_set import load_eval_set
 from tasks.evaluation.evaluate import eval_path, evaluate
 from tasks.evaluation.report import write_report
-from tasks.rollouts.conversation import RolloutConfig, sampling_temperature
+from tasks.rollouts.conversation import RolloutConfig, repeat_penalty_setting, sampling_temperature
 from tasks.rollouts.engine import run_rollouts
 from tasks.scenarios.build import build_all
 from tasks.serve.export import DomainNotFound, domain_folder, export_env
@@ -622,13 +622,13 @@ def _endpoint(llm: str | None, ws: Workspace, checkpoint: Path | None = None, en
 
 
 def _penalty(value: str | None) -> dict[str, Any]:
-    """--repeat-penalty as RolloutConfig fields: nothing (its default), None for 'server', or the number."""
+    """--repeat-penalty as RolloutConfig fields: nothing when not given (its default)."""
     if value is None:
         return {}
     try:
-        return {"repeat_penalty": None if value == "server" else float(value)}
-    except ValueError:
-        raise typer.BadParameter(f"--repeat-penalty is a number or 'server', not {value!r}") from None
+        return {"repeat_penalty": repeat_penalty_setting(value)}
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 @app.command("rollout")

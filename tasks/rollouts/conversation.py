@@ -67,6 +67,17 @@ class RolloutConfig(BaseModel):
     stop_when_failed: bool = False
 
 
+def repeat_penalty_setting(text: str) -> float | None:
+    """A --repeat-penalty value as RolloutConfig.repeat_penalty: a number, or 'server' (None: the
+    server's own default). ValueError for anything else."""
+    if text == "server":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"--repeat-penalty is a number or 'server', not {text!r}") from None
+
+
 def sampling_temperature(trials: int, temperature: float | None = None) -> float:
     """The agent's (and LLM user's) temperature: as given, else 0 for one trial and 0.7 for k > 1
     (k trials at temperature 0 would be k copies of one sample)."""
