@@ -734,7 +734,7 @@ def _reused_label(run: dict[str, Any]) -> str:
 def _point(ws: Workspace, rep: dict[str, Any]) -> dict[str, Any]:
     iv = rep["intervals"]
     diag = rep.get("diagnostics") or {}
-    if "first_call_arguments" not in diag:  # an evaluation reported before that count: from its trajectories
+    if not {"first_call_arguments", "text_match_first_tool"} <= diag.keys():  # reported before these counts: recount
         diag = run_diagnostics(ws, rep["run_id"])
     return {"run_id": rep["run_id"], "model": rep["model"], "scenarios": rep["scenarios"],
             "pass^1": iv["overall"]["pass^k"]["1"], "single_call": iv["single_call"]["pass^k"]["1"],

@@ -20,7 +20,9 @@ Output: `<ws>/reports/eval-<run>.json`.
 
 from __future__ import annotations
 
+import math
 import random
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -106,16 +108,48 @@ def _user_text_before_first_call(messages: list[dict[str, Any]]) -> str:
     return "\n".join(said)
 
 
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _words(text: str) -> set[str]:
+    """Lower-case words, with camelCase and snake_case names split (getFlightStatus, get_flight)."""
+    return set(_WORD.findall(re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text).lower()))
+
+
+def text_match_tool(request: str, tools: list[dict[str, Any]]) -> str | None:
+    """The tool a bag-of-words picker names for a request, with no model: the most words shared with
+    the tool's name and description, over the square root of the description's length (a long
+    description does not win by length alone); ties go to the first listed. A reference for how
+    hard the first tool is to pick from the user's words: set beside a model's right first tool, it
+    says whether the model fails at a choice the words make plain."""
+    said, best, top = _words(request), None, 0.0
+    for t in tools:
+        fn = t.get("function", t) if isinstance(t, dict) else {}
+        name, desc = str(fn.get("name") or ""), str(fn.get("description") or "")
+        score = len(said & _words(f"{name} {desc}")) / math.sqrt(1 + len(_words(desc)))
+        if name and score > top:
+            best, top = name, score
+    return best
+
+
+def _first_user_text(messages: list[dict[str, Any]]) -> str:
+    return next((m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)), "")
+
+
 def diagnose(t: Trajectory, s: Scenario | None) -> dict[str, Any]:
     """How far the agent got on one trial: tried a tool call (well-formed or not), made a well-formed
     one, named the first gold tool first, made the first gold call exactly (name and arguments), and
     when it named the right tool with other arguments, what was wrong with them (argument_errors)
-    and whether the user had said the values it got wrong before the call (values_stated)."""
+    and whether the user had said the values it got wrong before the call (values_stated). Beside
+    the agent, text_match_first_tool: whether text_match_tool, given the user's first message and
+    the tools the agent saw, names the first gold tool."""
     said = [m for m in t.messages if m.get("role") == "assistant"]
     tried = any(m.get("tool_calls") or "tool_call>" in str(m.get("content") or "") for m in said)
     calls = agent_calls(t.messages)
     right_tool = right_call = stated = False
     errors: list[str] = []
+    text_match = bool(s is not None and s.gold_calls
+                      and text_match_tool(_first_user_text(t.messages), t.tools) == s.gold_calls[0].name)
     if calls and s is not None and s.gold_calls:
         first, gold = calls[0], s.gold_calls[0]
         right_tool = first["name"] == gold.name
@@ -124,10 +158,11 @@ def diagnose(t: Trajectory, s: Scenario | None) -> dict[str, Any]:
             errors = argument_errors(first["arguments"], gold.arguments)
             stated = values_stated(first["arguments"], gold.arguments, _user_text_before_first_call(t.messages))
     return {"tried_call": tried, "well_formed_call": bool(calls), "right_first_tool": right_tool,
-            "right_first_call": right_call, "argument_errors": errors, "values_stated": stated}
+            "right_first_call": right_call, "argument_errors": errors, "values_stated": stated,
+            "text_match_first_tool": text_match}
 
 
-DIAGNOSTICS = ("tried_call", "well_formed_call", "right_first_tool", "right_first_call")
+DIAGNOSTICS = ("tried_call", "well_formed_call", "right_first_tool", "right_first_call", "text_match_first_tool")
 
 
 def diagnostics(diag: list[dict[str, Any]]) -> dict[str, Any]:

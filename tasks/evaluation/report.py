@@ -580,14 +580,17 @@ def scaling_arguments(points: list[dict[str, Any]]) -> list[str]:
         d = p.get("diagnostics") or {}
         tool, call = d.get("right_first_tool"), d.get("right_first_call")
         other = "n/a" if tool is None or call is None else tool - call
-        rows.append([p["label"], *["n/a" if v is None else v for v in (tool, call)], other,
+        text = d.get("text_match_first_tool")
+        rows.append([p["label"], *["n/a" if v is None else v for v in (text, tool, call)], other,
                      *[("n/a" if c is None else c.get(kind, "n/a")) for kind in (*ARGUMENT_ERRORS, "values_stated")]])
     return ["", "First calls that named the first gold tool, and of those with other arguments than gold's, what was "
             "wrong (a call can be wrong in several ways; empty value: an empty string where gold has a value; values "
             "stated: calls whose every wrong value the user had said before the call, so the agent had it and "
-            "copying it failed):", "",
-            markdown_table(["train domains", "right first tool", "right first call", "other arguments",
-                            *[k.replace("_", " ") for k in (*ARGUMENT_ERRORS, "values_stated")]], rows)]
+            "copying it failed). Text match: the trials whose first gold tool a bag-of-words picker names from the "
+            "user's first message and the tools' names and descriptions, with no model "
+            "(tasks.evaluation.evaluate.text_match_tool), a reference for how plain the words make the choice:", "",
+            markdown_table(["train domains", "text match: right first tool", "right first tool", "right first call",
+                            "other arguments", *[k.replace("_", " ") for k in (*ARGUMENT_ERRORS, "values_stated")]], rows)]
 
 
 def markdown_to_html(md: str, title: str) -> str:

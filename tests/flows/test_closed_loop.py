@@ -140,9 +140,11 @@ def test_closed_loop_end_to_end_with_the_tiny_model(ws):
     rep_file = eval_path(ws, all_point["run_id"])
     rep = json.loads(rep_file.read_text())
     counted = rep["diagnostics"].pop("first_call_arguments")
+    text_match = rep["diagnostics"].pop("text_match_first_tool")
     rep_file.write_text(json.dumps(rep))
     older = scaling_curve(ws, cfg.model_copy(update={"scaling_points": ["all"], "scaling_base": False}), log=lambda *_: None)
-    assert older["points"][0]["diagnostics"] == {**rep["diagnostics"], "first_call_arguments": counted}
+    assert older["points"][0]["diagnostics"] == {**rep["diagnostics"], "first_call_arguments": counted,
+                                                  "text_match_first_tool": text_match}
     # tau2's test split added afterwards, base vs the same checkpoint, the held-out comparison untouched
     tau2 = tau2_comparison(ws, ClosedLoopConfig(tau2_domains=["retail"], tau2_max_scenarios=2), log=lambda *_: None)
     assert tau2["comparison"] == json.loads(json.dumps(cmp)) and tau2["train"]["final_dir"] == out["train"]["final_dir"]

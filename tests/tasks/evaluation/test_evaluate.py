@@ -14,7 +14,7 @@ import pytest
 from agentscaler.models import GoldCall, Scenario, Trajectory, Verdict
 from agentscaler.workspace import Workspace
 from tasks.evaluation.evaluate import (argument_errors, diagnose, diagnostics, eval_path, evaluate, run_diagnostics,
-                                      summarize, values_stated)
+                                      summarize, text_match_tool, values_stated)
 from tasks.rollouts.conversation import RolloutConfig
 from tasks.scenarios.build import build_scenarios
 from tests.conftest import load_shop_builder
@@ -93,6 +93,39 @@ def test_diagnose_counts_the_first_calls_argument_errors():
     assert diagnose(told, sc)["values_stated"]  # the user had said it (case aside): copying it failed
     assert diagnostics([diagnose(told, sc), right])["first_call_arguments"] == {
         "missing": 0, "empty_value": 1, "wrong_value": 0, "extra": 0, "values_stated": 1}
+
+
+def _tool(name: str, description: str) -> dict:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {}}}
+
+
+def test_text_match_tool_picks_by_the_users_words_alone():
+    tools = [_tool("Crawler_scan", "Scans the specified host to retrieve information about its web directories "
+                                   "and parameters used when a user requests specific details."),
+             _tool("Attack", "Performs an automated penetration test against the specified host."),
+             _tool("getFlightStatus", "Status of a flight.")]
+    # a request that paraphrases a description (as the scenarios' users word them) names that tool
+    assert text_match_tool("I want to perform an automated penetration test against my host", tools) == "Attack"
+    assert text_match_tool("what is the status of flight HAT001?", tools) == "getFlightStatus"  # camelCase split
+    assert text_match_tool("hello", tools) is None  # no shared word: no pick
+    assert text_match_tool("scan it", []) is None
+
+
+def test_diagnose_sets_the_text_matchers_pick_beside_the_agents():
+    sc = Scenario(id="a", domain="d1", read_only=True, intent="x", gold_hash="g", seed_hash="g",
+                  gold_calls=[GoldCall(name="Attack", arguments={})])
+    tools = [_tool("Crawler_scan", "Scans a host for web directories."), _tool("Attack", "Runs a penetration test on a host.")]
+    msgs = [{"role": "user", "content": "Please run a penetration test on example.com"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c0", "type": "function", "function": {"name": "Crawler_scan", "arguments": "{}"}}]}]
+    t = Trajectory(id="t", run_id="r", scenario_id="a", domain="d1", trial=0, messages=msgs, tools=tools,
+                   end_reason="user_stop")
+    d = diagnose(t, sc)
+    assert d["text_match_first_tool"] and not d["right_first_tool"]  # the words made it plain; the agent missed it
+    other = t.model_copy(update={"messages": [{"role": "user", "content": "Please scan the web directories of example.com"},
+                                              *msgs[1:]]})
+    assert not diagnose(other, sc)["text_match_first_tool"]
+    assert diagnostics([d, diagnose(other, sc)])["text_match_first_tool"] == 1
 
 
 def test_values_stated_reads_the_users_words_before_the_call():

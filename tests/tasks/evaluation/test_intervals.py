@@ -91,6 +91,11 @@ def test_breakdown_and_comparison_by_group_and_length():
     md = markdown(compare(_report(base, "base"), trained_report), "base", "sft")
     assert "| model | missing | empty value | wrong value | extra |" in md
     assert "| base | n/a | n/a | n/a | n/a |" in md and "| sft | 0 | 1 | 0 | 0 |" in md
+    assert "bag-of-words picker" not in md  # reports that did not count the text matcher's picks
+    base_report = _report(base, "base")
+    base_report["diagnostics"]["text_match_first_tool"], trained_report["diagnostics"]["text_match_first_tool"] = 9, 10
+    md = markdown(compare(base_report, trained_report), "base", "sft")
+    assert "names the first gold tool in 9 of the base model's 12 trials and 10 of the trained model's 12." in md
 
 
 def _curve_point(domains: int, passed: set[int], n: int = 60) -> dict:

@@ -218,10 +218,12 @@ def test_scaling_report_shows_the_curves_paired_differences_and_verdict(tmp_path
     points[1]["diagnostics"] = {"right_first_tool": 12, "right_first_call": 12, "first_call_arguments": {
         "missing": 0, "empty_value": 0, "wrong_value": 0, "extra": 0, "values_stated": 0}}
     md = scaling_markdown(out)
-    assert ("| train domains | right first tool | right first call | other arguments | missing | empty value "
-            "| wrong value | extra | values stated |" in md)
-    assert "| 8 | 30 | 21 | 9 | 2 | 0 | 7 | 1 | n/a |" in md  # counted before values_stated was
-    assert "| 32 | 12 | 12 | 0 | 0 | 0 | 0 | 0 | 0 |" in md
-    assert "| 128 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |" in md
+    points[1]["diagnostics"]["text_match_first_tool"] = 45
+    md = scaling_markdown(out)
+    assert ("| train domains | text match: right first tool | right first tool | right first call | other arguments "
+            "| missing | empty value | wrong value | extra | values stated |" in md)
+    assert "| 8 | n/a | 30 | 21 | 9 | 2 | 0 | 7 | 1 | n/a |" in md  # counted before values_stated and text match were
+    assert "| 32 | 45 | 12 | 12 | 0 | 0 | 0 | 0 | 0 | 0 |" in md
+    assert "| 128 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |" in md
     out["differences"] = None  # a results file written before the curve kept its counts
     assert "Paired differences" not in scaling_markdown(out)
