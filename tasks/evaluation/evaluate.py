@@ -124,7 +124,9 @@ def text_match_tool(request: str, tools: list[dict[str, Any]]) -> str | None:
     says whether the model fails at a choice the words make plain."""
     said, best, top = _words(request), None, 0.0
     for t in tools:
-        fn = t.get("function", t) if isinstance(t, dict) else {}
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if not isinstance(fn, dict):
+            continue  # not a tool schema: nothing to match
         name, desc = str(fn.get("name") or ""), str(fn.get("description") or "")
         score = len(said & _words(f"{name} {desc}")) / math.sqrt(1 + len(_words(desc)))
         if name and score > top:

@@ -109,6 +109,7 @@ def test_text_match_tool_picks_by_the_users_words_alone():
     assert text_match_tool("what is the status of flight HAT001?", tools) == "getFlightStatus"  # camelCase split
     assert text_match_tool("hello", tools) is None  # no shared word: no pick
     assert text_match_tool("scan it", []) is None
+    assert text_match_tool("the status of a flight", ["getFlightStatus", {"function": None}, *tools]) == "getFlightStatus"
 
 
 def test_diagnose_sets_the_text_matchers_pick_beside_the_agents():
