@@ -144,7 +144,7 @@ def markdown(cmp: dict[str, Any], base_label: str = "base", trained_label: str =
         lines.append(f"| {label} | {trials.get(side)} | {x.get('tried_call')} | {x.get('well_formed_call')} "
                      f"| {x.get('right_first_tool')} | {x.get('right_first_call')} |")
     text = [(d.get(side) or {}).get("text_match_first_tool") for side in ("base", "trained")]
-    if text[0] is not None:
+    if None not in text:
         lines += ["", f"A bag-of-words picker with no model (tasks.evaluation.evaluate.text_match_tool: the user's "
                       f"first message against the tools' names and descriptions) names the first gold tool in {text[0]} "
                       f"of the base model's {trials.get('base')} trials and {text[1]} of the trained model's "
