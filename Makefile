@@ -61,7 +61,7 @@ smoke: install
 	$(BIN)/python -m agentscaler.llm_server --smoke
 
 test: install smoke
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
 # Every benchmark script in its own process (quick, bounded runs by default; FULL=1 for full runs;
 # BENCH=name for one, e.g. BENCH=tau2, or BENCH=closed_loop ARGS="--workspace ws"), then the README figures table is
