@@ -158,9 +158,9 @@ def main() -> None:
     ap.add_argument("--tau2-max-scenarios", type=int, default=None, help="per tau2 split (default: every test task)")
     ap.add_argument("--stop-when-failed", action="store_true", default=None, help="end a trial once verification "
                     "must fail it (a repeated call, a malformed reply): same verdicts, fewer requests")
-    ap.add_argument("--repeat-penalty", type=repeat_penalty_setting, default=argparse.SUPPRESS, help="the agent's repetition penalty (default 1.0: none, as "
-                    "vLLM's default); 'server': the server's own default (llama-cpp-python's 1.1), as every evaluation "
-                    "made before this option existed")
+    ap.add_argument("--repeat-penalty", type=repeat_penalty_setting, default=argparse.SUPPRESS,
+                    help="the agent's repetition penalty (default 1.0: none, as vLLM's default); 'server': the "
+                    "server's own default (llama-cpp-python's 1.1), as every evaluation made before this option existed")
     ap.add_argument("--threads", type=int, default=None, dest="torch_threads", help="training threads")
     ap.add_argument("--server-threads", type=int, default=None, help="each model server's threads (default 1)")
     ap.add_argument("--server-replicas", type=int, default=None, help="model servers per evaluation (default 2)")

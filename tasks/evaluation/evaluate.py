@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import random
-import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 from agentscaler.artifacts import load_scenarios, load_trajectories, scenario_map
 from agentscaler.models import Scenario, Trajectory
+from agentscaler.naming import snake
 from agentscaler.workspace import Workspace, atomic_write_json
 from tasks.evaluation.intervals import passk_intervals
 from tasks.evaluation.tau2 import DOMAINS, agent_calls, agreement, score_run, tau2_domain_dir
@@ -108,12 +108,9 @@ def _user_text_before_first_call(messages: list[dict[str, Any]]) -> str:
     return "\n".join(said)
 
 
-_WORD = re.compile(r"[a-z0-9]+")
-
-
 def _words(text: str) -> set[str]:
     """Lower-case words, with camelCase and snake_case names split (getFlightStatus, get_flight)."""
-    return set(_WORD.findall(re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text).lower()))
+    return set(snake(text).split("_")) - {""}
 
 
 def text_match_tool(request: str, tools: list[dict[str, Any]]) -> str | None:
