@@ -67,3 +67,28 @@ def overlap(x: dict[str, Any], y: dict[str, Any]) -> bool | None:
     if x.get("low") is None or y.get("low") is None:
         return None
     return not (x["high"] < y["low"] or y["high"] < x["low"])
+
+
+def domain_interval(rows: list[tuple[str, float]], samples: int = SAMPLES, seed: int = 0,
+                    level: float = LEVEL) -> dict[str, Any]:
+    """Mean of per-item values with a bootstrap interval that resamples domains, not items.
+
+    rows: (domain, value). Many items of one domain share its tools and its difficulty, so they are
+    not independent draws: a cluster bootstrap (draw domains with replacement, pool their items) is
+    the honest interval when there are many items per domain. For a paired comparison pass
+    value = other - base per item."""
+    if not rows:
+        return {"estimate": None, "low": None, "high": None, "items": 0, "domains": 0}
+    by: dict[str, list[float]] = {}
+    for d, v in rows:
+        by.setdefault(d, []).append(v)
+    names = sorted(by)
+    sums = np.array([sum(by[d]) for d in names], dtype=float)
+    counts = np.array([len(by[d]) for d in names], dtype=float)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(names), size=(samples, len(names)))
+    means = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
+    tail = (1 - level) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return {"estimate": round(float(sums.sum() / counts.sum()), 6), "low": round(float(low), 6),
+            "high": round(float(high), 6), "items": int(counts.sum()), "domains": len(names)}

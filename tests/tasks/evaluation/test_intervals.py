@@ -6,7 +6,7 @@ import pytest
 
 from tasks.evaluation.compare import compare, markdown
 from tasks.evaluation.evaluate import breakdown
-from tasks.evaluation.intervals import overlap, paired_difference, passk_interval, passk_intervals
+from tasks.evaluation.intervals import domain_interval, overlap, paired_difference, passk_interval, passk_intervals
 from tasks.verify.passk import scenario_counts
 
 
@@ -140,3 +140,17 @@ def test_setting_differences_pair_the_same_checkpoints_points():
     assert rows[0]["difference"]["estimate"] == pytest.approx(15 / 60) and rows[0]["difference"]["excludes_zero"]
     assert rows[1]["difference"]["estimate"] == 0.0 and not rows[1]["difference"]["excludes_zero"]
     assert rows[0]["diagnostics"] == {"before": {"right_first_call": 10}, "after": {"right_first_call": 25}}
+
+
+def test_domain_interval_pools_items_and_resamples_whole_domains():
+    # 20 domains of 30 items each, all right or all wrong within a domain: half right overall
+    rows = [(f"d{d}", float(d % 2)) for d in range(20) for _ in range(30)]
+    iv = domain_interval(rows)
+    assert iv["estimate"] == 0.5 and iv["items"] == 600 and iv["domains"] == 20
+    # the items of a domain move together, so the interval is as wide as 20 draws, not 600
+    items = passk_interval({f"d/{i}": (1, int(v)) for i, (_, v) in enumerate(rows)}, 1)
+    assert (iv["high"] - iv["low"]) > 3 * (items["high"] - items["low"])
+    assert domain_interval(rows) == iv  # seeded
+    # unequal domain sizes: the estimate is the pooled mean over items, not the mean of domain means
+    assert domain_interval([("a", 1.0)] * 3 + [("b", 0.0)])["estimate"] == 0.75
+    assert domain_interval([])["estimate"] is None
