@@ -67,9 +67,10 @@ def scored_rows(ws: Workspace, label: str, path: Path, items: list, tools: dict,
         by.setdefault(it.domain, []).append(it)
     model = tok = None
     rows: list[dict[str, Any]] = []
-    seconds = 0.0
-    for d in sorted(by):
-        f = folder / f"{d}-{content_hash([i.model_dump() for i in by[d]], 12)}.jsonl"
+    timings = folder / "seconds.json"  # scoring seconds per domain file, so a cached rerun still reports them
+    spent = json.loads(timings.read_text()) if timings.exists() else {}
+    files = {d: folder / f"{d}-{content_hash([i.model_dump() for i in by[d]], 12)}.jsonl" for d in by}
+    for d, f in sorted(files.items()):
         if f.exists():
             rows += [json.loads(line) for line in f.read_text().splitlines()]
             continue
@@ -82,9 +83,11 @@ def scored_rows(ws: Workspace, label: str, path: Path, items: list, tools: dict,
             tok = load_tokenizer()
         started = time.perf_counter()
         got = score_domain(model, tok, systems[d], tools[d], by[d])
-        seconds += time.perf_counter() - started
+        spent[f.name] = round(time.perf_counter() - started, 2)
         f.write_text("".join(json.dumps(r) + "\n" for r in got))
+        timings.write_text(json.dumps(spent, indent=1))
         rows += got
+    seconds = sum(spent.get(f.name, 0.0) for f in files.values())
     print(f"[tool-choice] {label}: {sum(r['right'] for r in rows)} of {len(rows)} right, {seconds:.0f} s scoring",
           flush=True)
     return rows, seconds
@@ -112,7 +115,7 @@ def pct(iv: dict[str, Any]) -> str:
 
 
 def scored_in(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds else "an earlier run (cached rows)"
+    return f"{seconds:.0f} s" if seconds else "not recorded"
 
 
 def paired(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
@@ -185,7 +188,8 @@ def main() -> None:
                        "rows": rows})
     out = {"name": args.name, "workspace": str(ws.root), "curve": args.curve, "dtype": args.dtype,
            "per_domain": args.per_domain, "max_prompt_tokens": args.max_prompt_tokens,
-           "domains_over_prompt_limit": sum(not v for v in fits.values()), "items": len(items), "domains": len({i.domain for i in items}), "skipped": skipped,
+           "domains_over_prompt_limit": sum(not v for v in fits.values()), "items": len(items),
+           "domains": len({i.domain for i in items}), "skipped": skipped, "models": models,
            "reference": {"text_match": domain_interval([(r["domain"], float(r["text_match"])) for r in models[0]["rows"]]),
                          "chance": round(sum(1 / len(i.tools) for i in items) / len(items), 4)},
            "differences": [{"from": a["label"], "to": b["label"], "difference": paired(a["rows"], b["rows"])}
