@@ -10,8 +10,8 @@ the tool with the highest total; it is right when that is the scenario's first g
 
 This is the model's choice *if* it calls a tool straight away (what a grammar that forces a call
 would give, over whole names), so it is not pass^1 and is never reported as pass^1. Its value is
-resolution: ~1,200 scenarios in ~60 held-out domains instead of 100 trials, scored in minutes, with
-a domain-level bootstrap interval (intervals.domain_interval).
+resolution: hundreds of held-out scenarios in dozens of domains instead of 100 trials, scored in
+minutes, with a domain-level bootstrap interval (intervals.domain_interval).
 
 Cost: the domain's system turn (the tool list: most of the tokens) is run once per domain and kept
 in the model's KV cache; per scenario only the user's message and the candidates' names run.
@@ -115,8 +115,8 @@ def score_domain(model: Any, tokenizer: Any, system: str, tools: list[dict[str, 
                  items: list[ChoiceItem]) -> list[dict[str, Any]]:
     """Score every item of one domain (same system prompt and tools) with `model` (HF causal LM).
 
-    The system turn runs once; each item's user turn and call head run on top of it, then each
-    candidate's remaining tokens, and the cache is cropped back after each. Token sequences are
+    The system turn runs once; each item then takes one forward pass on top of it (its user turn,
+    the call head and every candidate, _candidate_scores). Token sequences are
     built by tokenizing the whole text per candidate and splitting where the candidates part, so a
     merge across the name's boundary cannot shift the scores."""
     import torch  # the [train] extra: heavy, loaded on use
