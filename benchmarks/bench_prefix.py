@@ -37,7 +37,7 @@ from agentscaler.schemas import check  # noqa: E402
 from agentscaler.workspace import Workspace  # noqa: E402
 from benchmarks.results_io import Anchor, Figure, Recorder  # noqa: E402
 from envs.spec import DomainSpec  # noqa: E402
-from tasks.rollouts.agent import agent_system_prompt  # noqa: E402
+from tasks.rollouts.agent import domain_setup  # noqa: E402
 from tasks.rollouts.engine import by_domain, select_scenarios  # noqa: E402
 
 
@@ -52,8 +52,7 @@ def pick(ws: Workspace, domains: int, per_domain: int, max_prompt: int, tokenize
             continue
         if s.domain not in setup:
             spec = DomainSpec.load(ws.domain_dir(s.domain))
-            tools = [t.openai_schema() for t in spec.tools]
-            system = agent_system_prompt(spec.name, spec.description)
+            tools, system = domain_setup(spec)
             n = len(tokenize(render([{"role": "system", "content": system}, {"role": "user", "content": s.intent}],
                                     tools)))
             setup[s.domain] = (tools, system, n)

@@ -23,6 +23,7 @@ import json
 import re
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,8 @@ from envs.spec import DomainSpec  # noqa: E402
 from flows.closed_loop import base_checkpoint, model_key  # noqa: E402
 from tasks.evaluation.intervals import domain_interval  # noqa: E402
 from tasks.evaluation.eval_set import eval_set_path, prompt_tokens  # noqa: E402
-from tasks.evaluation.tool_choice import choice_items, domain_setup, score_domain  # noqa: E402
+from tasks.evaluation.tool_choice import choice_items, score_domain  # noqa: E402
+from tasks.rollouts.agent import domain_setup  # noqa: E402
 from training.gguf_convert import load_tokenizer  # noqa: E402
 
 
@@ -174,9 +176,11 @@ def main() -> None:
     held = [s for s in scenarios if s.split != "train" and fits.get(s.domain)]
     evaluated = set(json.loads(eval_set_path(ws).read_text())["scenario_ids"]) if eval_set_path(ws).exists() else set()
     if args.per_domain is not None:
-        ranked = sorted(held, key=lambda s: (s.id not in evaluated, content_hash({"pick": s.id})))
-        held = [s for d in sorted(fits) for s in [x for x in ranked if x.domain == d][:max(args.per_domain, sum(
-            x.id in evaluated for x in held if x.domain == d))]]
+        by_domain: dict[str, list[Any]] = defaultdict(list)
+        for s in sorted(held, key=lambda s: (s.id not in evaluated, content_hash({"pick": s.id}))):
+            by_domain[s.domain].append(s)
+        held = [s for d in sorted(by_domain)
+                for s in by_domain[d][:max(args.per_domain, sum(x.id in evaluated for x in by_domain[d]))]]
     tools, systems = {}, {}
     for d in sorted({s.domain for s in held}):
         tools[d], systems[d] = domain_setup(DomainSpec.load(ws.domain_dir(d)))
@@ -186,6 +190,8 @@ def main() -> None:
         rows, seconds = scored_rows(ws, label, path, items, tools, systems, args.dtype, args.threads)
         models.append({"label": label, "checkpoint": str(path), "seconds": round(seconds, 1), "summary": summary(rows),
                        "rows": rows})
+    # neighbouring points, then the first trained point -> the last
+    pairs = list(zip(models, models[1:])) + ([(models[1], models[-1])] if len(models) > 3 else [])
     out = {"name": args.name, "workspace": str(ws.root), "curve": args.curve, "dtype": args.dtype,
            "per_domain": args.per_domain, "max_prompt_tokens": args.max_prompt_tokens,
            "domains_over_prompt_limit": sum(not v for v in fits.values()), "items": len(items),
@@ -193,9 +199,7 @@ def main() -> None:
            "reference": {"text_match": domain_interval([(r["domain"], float(r["text_match"])) for r in models[0]["rows"]]),
                          "chance": round(sum(1 / len(i.tools) for i in items) / len(items), 4)},
            "differences": [{"from": a["label"], "to": b["label"], "difference": paired(a["rows"], b["rows"])}
-                           for a, b in zip(models, models[1:])]
-                          + ([{"from": models[1]["label"], "to": models[-1]["label"],
-                               "difference": paired(models[1]["rows"], models[-1]["rows"])}] if len(models) > 3 else []),
+                           for a, b in pairs],
            "commit": short_sha("HEAD"), "machine": machine()}
     md = markdown(out)
     md += f"\nWritten {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit {out['commit']}.\n"

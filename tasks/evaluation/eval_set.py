@@ -30,7 +30,7 @@ from agentscaler.hashing import content_hash
 from agentscaler.models import Scenario
 from agentscaler.workspace import Workspace, atomic_write_json
 from envs.spec import DomainSpec
-from tasks.rollouts.agent import agent_system_prompt
+from tasks.rollouts.agent import domain_setup
 from tasks.scenarios.build import is_tau2
 from training.gguf_convert import load_tokenizer
 
@@ -46,8 +46,8 @@ def eval_set_path(ws: Workspace, name: str = "heldout") -> Any:
 def prompt_tokens(ws: Workspace, domain: str, tokenizer: Any) -> int:
     """Tokens of the agent's fixed prefix in a domain: system prompt + tool schemas (the SFT template)."""
     spec = DomainSpec.load(ws.domain_dir(domain))
-    tools = [t.openai_schema() for t in spec.tools]
-    msgs = [{"role": "system", "content": agent_system_prompt(spec.name, spec.description)}]
+    tools, system = domain_setup(spec)
+    msgs = [{"role": "system", "content": system}]
     return len(tokenizer.apply_chat_template(msgs, tools=tools, tokenize=True, return_dict=True)["input_ids"])
 
 

@@ -28,7 +28,6 @@ from pydantic import BaseModel, ConfigDict
 from agentscaler.chat_template import TOOL_CALL_OPEN
 from agentscaler.models import Scenario
 from tasks.evaluation.evaluate import text_match_tool
-from tasks.rollouts.agent import agent_system_prompt
 
 CALL_HEAD = TOOL_CALL_OPEN + '\n{"name": "'  # what the template writes before a tool's name
 NAME_TAIL = '", "arguments": '  # and after it: scoring the tail too ends the name (get vs get_user)
@@ -154,8 +153,3 @@ def score_domain(model: Any, tokenizer: Any, system: str, tools: list[dict[str, 
                         "scores": [round(x, 4) for x in scores],
                         "text_match": text_match_tool(it.request, tools) == it.gold})
     return out
-
-
-def domain_setup(spec: Any) -> tuple[list[dict[str, Any]], str]:
-    """The tools and system prompt the agent gets in a domain (as the rollout engine builds them)."""
-    return [t.openai_schema() for t in spec.tools], agent_system_prompt(spec.name, spec.description)

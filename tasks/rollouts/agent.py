@@ -24,6 +24,14 @@ def agent_system_prompt(domain: str, description: str = "") -> str:
     return f"{text}\n\nAbout this service: {description}" if description else text
 
 
+def domain_setup(spec: Any) -> tuple[list[dict[str, Any]], str]:
+    """The tool schemas and system prompt the agent gets in a domain (`spec` is a DomainSpec).
+
+    One place, so rollouts, gold replay, the evaluation set's token count and the tool-choice
+    measure all show the model the same prefix."""
+    return [t.openai_schema() for t in spec.tools], agent_system_prompt(spec.name, spec.description)
+
+
 async def agent_turn(client: LLMClient, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
                      temperature: float = 0.0, max_tokens: int = 512, salt: Any = None,
                      seed: int | None = None, endpoint: str | None = None,

@@ -30,7 +30,7 @@ from agentscaler.models import Scenario
 from agentscaler.workspace import Workspace, atomic_write_json
 from envs.episode import Environment
 from envs.spec import DomainSpec
-from tasks.rollouts.agent import agent_system_prompt
+from tasks.rollouts.agent import domain_setup
 from tasks.rollouts.conversation import RolloutConfig, blocking, run_conversation, trajectory_id
 from tasks.rollouts.users import LLMUser, ScriptedUser
 from tasks.rollouts.writer import TrajectoryWriter
@@ -166,7 +166,7 @@ async def rollout_async(ws: Workspace, scenarios: list[Scenario], run_id: str, c
         for d in per_domain:
             try:
                 spec = DomainSpec.load(ws.domain_dir(d))
-                setup[d] = ([t.openai_schema() for t in spec.tools], agent_system_prompt(spec.name, spec.description))
+                setup[d] = domain_setup(spec)
                 pools[d] = EnvPool(ws.domain_dir(d), min(limit, per_domain[d]), cfg.unsafe)
             except Exception as exc:  # noqa: BLE001
                 failed_domains[d] = f"{type(exc).__name__}: {exc}"[:300]

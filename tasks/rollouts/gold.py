@@ -19,7 +19,7 @@ from agentscaler.models import GOLD_REPLAY, Scenario, Trajectory
 from agentscaler.workspace import Workspace, atomic_write_text
 from envs.episode import Environment
 from envs.spec import DomainSpec
-from tasks.rollouts.agent import agent_system_prompt
+from tasks.rollouts.agent import domain_setup
 from tasks.rollouts.conversation import trajectory_id
 from tasks.rollouts.users import STOP
 
@@ -60,8 +60,7 @@ def gold_replay(ws: Workspace, domains: list[str], run_id: str = "gold-replay") 
     errors: list[str] = []
     for d in domains:
         spec = DomainSpec.load(ws.domain_dir(d))
-        tools = [t.openai_schema() for t in spec.tools]
-        system = agent_system_prompt(spec.name, spec.description)
+        tools, system = domain_setup(spec)
         env = Environment.open(ws.domain_dir(d))
         try:
             for s in load_scenarios(ws, d):

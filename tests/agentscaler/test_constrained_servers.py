@@ -16,7 +16,7 @@ import pytest
 from agentscaler.llm import LLMClient, LLMFormatError
 from agentscaler.schemas import check
 from envs.spec import DomainSpec
-from tasks.rollouts.agent import agent_system_prompt
+from tasks.rollouts.agent import domain_setup
 
 pytestmark = [pytest.mark.llm, pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
                                                   reason="llama-cpp-python not installed")]
@@ -27,7 +27,7 @@ def shop(tmp_path_factory):
     from tests.conftest import load_shop_builder
 
     spec = DomainSpec.load(load_shop_builder()(tmp_path_factory.mktemp("shop") / "shop"))
-    return [t.openai_schema() for t in spec.tools], agent_system_prompt(spec.name, spec.description)
+    return domain_setup(spec)
 
 
 def requests(shop) -> list[tuple[list[dict], str | None]]:
