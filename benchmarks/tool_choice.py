@@ -38,6 +38,7 @@ from agentscaler.hashing import content_hash  # noqa: E402
 from agentscaler.workspace import Workspace  # noqa: E402
 from envs.spec import DomainSpec  # noqa: E402
 from flows.closed_loop import base_checkpoint, model_key  # noqa: E402
+from tasks.evaluation.compare import interval_text  # noqa: E402
 from tasks.evaluation.intervals import domain_interval  # noqa: E402
 from tasks.evaluation.eval_set import eval_set_path, prompt_tokens  # noqa: E402
 from tasks.evaluation.tool_choice import choice_items, score_domain  # noqa: E402
@@ -110,12 +111,6 @@ def bucket(n: int) -> str:
     return "2-5" if n <= 5 else "6-9" if n <= 9 else "10+"
 
 
-def pct(iv: dict[str, Any]) -> str:
-    if iv.get("estimate") is None:
-        return "-"
-    return f"{100 * iv['estimate']:.1f} [{100 * iv['low']:.1f}, {100 * iv['high']:.1f}]"
-
-
 def scored_in(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds else "not recorded"
 
@@ -143,13 +138,12 @@ def markdown(out: dict[str, Any]) -> str:
              "| mean rank of gold | scored in |", "|---|---|---|---|---|---|---|---|"]
     for m in out["models"]:
         s = m["summary"]
-        lines.append(f"| {m['label']} | {pct(s['right'])} | {pct(s['by_tools']['2-5'])} | {pct(s['by_tools']['6-9'])} "
-                     f"| {pct(s['by_tools']['10+'])} | {s['gold_prob']:.3f} | {s['gold_rank']:.2f} "
-                     f"| {scored_in(m['seconds'])} |")
-    lines += [f"| text match (no model) | {pct(ref['text_match'])} | | | | | | |",
+        rights = " | ".join(interval_text(iv) for iv in [s["right"], *(s["by_tools"][b] for b in BUCKETS)])
+        lines.append(f"| {m['label']} | {rights} | {s['gold_prob']:.3f} | {s['gold_rank']:.2f} | {scored_in(m['seconds'])} |")
+    lines += [f"| text match (no model) | {interval_text(ref['text_match'])} | | | | | | |",
               f"| chance (1 / tools) | {100 * ref['chance']:.1f} | | | | | | |", "",
               "Paired differences (right first tool, percentage points, the same scenarios resampled by domain):", ""]
-    lines += [f"- {d['from']} -> {d['to']}: {pct(d['difference'])}" for d in out["differences"]]
+    lines += [f"- {d['from']} -> {d['to']}: {interval_text(d['difference'])}" for d in out["differences"]]
     return "\n".join(lines) + "\n"
 
 
