@@ -177,6 +177,9 @@ _DENY_ALWAYS = {
 _TXN = {sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT}
 _WRITE_OPS = {sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE}
 _DENY_FUNCS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "sqlite_dbpage"}
+# SQL functions that read the connection's change counters, which a connection carries from one
+# episode to the next (see Guard.counters)
+COUNTER_FUNCS = {"changes", "total_changes", "last_insert_rowid"}
 
 
 class Guard:
@@ -192,6 +195,9 @@ class Guard:
         self.tool_mode = False
         self.deadline = float("inf")
         self.loading = False  # a deserialize() in progress: its own ATTACH is let through (see load)
+        # a statement prepared here calls changes(), total_changes() or last_insert_rowid(): on a
+        # connection that held an earlier episode they would not start at 0 (envs.worker.run_episodes)
+        self.counters = False
         conn.set_authorizer(self._authorize)
         try:
             conn.enable_load_extension(False)
@@ -206,8 +212,12 @@ class Guard:
             return sqlite3.SQLITE_DENY
         if action == sqlite3.SQLITE_PRAGMA:
             return sqlite3.SQLITE_DENY if arg2 is not None else sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENY_FUNCS:
-            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_FUNCTION:
+            name = (arg2 or "").lower()
+            if name in _DENY_FUNCS:
+                return sqlite3.SQLITE_DENY
+            if name in COUNTER_FUNCS:
+                self.counters = True
         if action in _WRITE_OPS and (arg1 or "").lower().startswith("sqlite_"):
             return sqlite3.SQLITE_DENY
         if self.tool_mode and action in _TXN:

@@ -371,6 +371,7 @@ class Worker:
         self._pending = b""
         self._poll = select.poll()
         self.hygiene = True  # undo signal tricks after each call; off when seccomp forbids them
+        self.reads_counters = False  # tool SQL read SQLite's change counters (see run_episodes)
 
     def _episode_connection(self) -> tuple[sqlite3.Connection, Any, DB]:
         """A connection holding a fresh copy of the seed, its guard and the db helper tool code gets."""
@@ -532,35 +533,51 @@ class Worker:
         # before the round trip (calls, an earlier round trip), changing its module globals
         parts, out, dirty, ran = [], [], True, True
         for calls in episodes:
-            if self.conn.total_changes:
-                # Statements changed rows on this connection (a write, or a read tool's rolled-back
-                # DML): SQLite's changes(), last_insert_rowid() and total_changes() would carry them
-                # into this episode, so it gets a new connection holding the seed, counters at 0 as
-                # in a fresh child. Episodes that changed no row keep the connection and its
-                # prepared statements (their counters are still 0).
-                made = self._episode_connection()
-                self.conn.close()
-                self.conn, self.guard, self.db = made
-                dirty = False
-            conn = self.conn
-            if conn.in_transaction:
-                conn.rollback()
-            if dirty:
-                self.guard.load(self.seed, same_schema=True)
-            if ran:
-                if self.scratch is not None:
-                    wipe(self.scratch)
-                self.tools = {}
-                self.load_tools()
-            results, dirty, ran = [], False, bool(calls)
-            for name, args, kind in calls:
-                res, text = self.run_tool(name, args, kind)
-                if res["ok"]:
-                    parts.append(text)
-                    results.append([True, len(text)])
-                    dirty = dirty or kind == "write"
-                else:
-                    results.append([False, res["error"]])
+            while True:
+                # The connection is kept from one episode to the next and the seed loaded into it
+                # again: its prepared statements and parsed schema stay (a new connection per
+                # episode that wrote was 40% of this child's work). What it carries is SQLite's
+                # change counters (changes(), total_changes(), last_insert_rowid()); tool SQL that
+                # reads them (seen when prepared: Guard.counters) gets a new connection per episode
+                # from then on, counters at 0 as in a fresh child, and the episode that first read
+                # them on a carried connection runs again on one. Not seen: tool code reading them
+                # through Python (conn.total_changes, a cursor's lastrowid after a statement other
+                # than an INSERT); a replay that differs so is confirmed in a fresh child
+                # (tasks.verify.replay), as one that a patched module changed.
+                self.reads_counters = self.reads_counters or self.guard.counters
+                carried = self.conn.total_changes != 0
+                if carried and self.reads_counters:
+                    made = self._episode_connection()
+                    self.conn.close()
+                    self.conn, self.guard, self.db = made
+                    dirty, carried = False, False
+                conn = self.conn
+                if conn.in_transaction:
+                    conn.rollback()
+                if dirty:
+                    self.guard.load(self.seed, same_schema=True)
+                # what tool code may have set on the connection, back to a new connection's values
+                conn.row_factory, conn.text_factory, conn.isolation_level = None, str, None
+                if ran:
+                    if self.scratch is not None:
+                        wipe(self.scratch)
+                    self.tools = {}
+                    self.load_tools()
+                mark = len(parts)
+                results, dirty, ran = [], False, bool(calls)
+                for name, args, kind in calls:
+                    res, text = self.run_tool(name, args, kind)
+                    if res["ok"]:
+                        parts.append(text)
+                        results.append([True, len(text)])
+                        dirty = dirty or kind == "write"
+                    else:
+                        results.append([False, res["error"]])
+                if carried and self.guard.counters and not self.reads_counters:
+                    del parts[mark:]  # read the counters of an earlier episode: again, on a new connection
+                    dirty = True
+                    continue
+                break
             image = bytes(conn.serialize()) if dirty or images else b""
             parts.append(image)
             out.append([results, len(image) if dirty or images else -1])

@@ -5,8 +5,11 @@ verification judges, and what the trajectory recorded is only compared with them
 Cost, and the one trade it makes: a domain's environment (one sandbox worker) is opened once per
 verifier and every trajectory of the domain is replayed in one sandbox child, many per round trip
 (envs.episode.Environment.replay: no fork per trajectory), each from the seed with tools.py run
-afresh. What tool code changes outside its own module (a stdlib module it patches, scratch files)
-could still reach later trajectories of the same round trip, so a trajectory whose record
+afresh, on the child's one connection (the seed loaded into it again, its prepared statements kept;
+the SQLite change counters it carries are read by no tool SQL, or each episode of that child gets
+a new connection: envs.worker.Worker.run_episodes). What tool code changes outside its own module
+(a stdlib module it patches, scratch files, a function it registers on the connection) could still
+reach later trajectories of the same round trip, so a trajectory whose record
 disagrees with that replay is replayed once more alone in a fresh child (as its rollout ran)
 before it is judged; that replay decides, and when the two replays differ the environment is
 unstable (nondeterministic or stateful tool code), which attribution blames on the environment.

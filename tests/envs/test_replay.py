@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from envs.episode import Environment
 from envs.state import StateOracle
 # the shop fixture's `shop` and `env` fixtures, and the sandbox mode those API tests run in
@@ -112,9 +114,13 @@ def test_call_from_seed_starts_every_call_at_the_seed_and_answers_as_call_does(t
         assert e.call("get_user", {"user_id": "u1"}).ok
 
 
-def test_an_episode_sees_sqlite_counters_of_its_own_connection_only(tmp_path):
+@pytest.mark.parametrize("first_reads", [True, False])
+def test_an_episode_sees_sqlite_counters_of_its_own_connection_only(tmp_path, first_reads):
     """SQLite's changes(), last_insert_rowid() and total_changes() belong to the connection: a
-    shared-child replay must not carry one episode's into the next (a fresh child starts at 0)."""
+    shared-child replay, which keeps its connection from one episode to the next, must not carry
+    one episode's into the next (a fresh child starts at 0). Either the first episode reads them
+    (a connection of its own for each episode from then on), or they are first read on a
+    connection an earlier episode wrote on (that episode runs again, on a connection of its own)."""
     dest = build_shop(tmp_path / "shop")
     (dest / "tools.py").write_text((dest / "tools.py").read_text() + "\n\n_get_user = get_user\n\n\n"
                                    "def get_user(db, user_id):\n"
@@ -122,12 +128,33 @@ def test_an_episode_sees_sqlite_counters_of_its_own_connection_only(tmp_path):
                                    "    return {**_get_user(db, user_id), 'counters': c[0]}\n")
     write = [("place_order", {"user_id": "u1", "product_id": "p3", "quantity": 1})]
     read = [("get_user", {"user_id": "u1"})]
-    eps = [write + read, read, write, read, read]
+    eps = [write + read, read, write, read, read] if first_reads else [write, write + read, read, write, read]
     with Environment.open(dest, unsafe=UNSAFE) as e:
         shared = [[r.text() for r in res] for res, _ in e.replay(eps)]
         fresh = [[r.text() for r in res] for res, _ in e.replay(eps, fresh=True)]
         alone = [[[r.text() for r in res] for res, _ in e.replay([ep], fresh=True)][0] for ep in eps]
     assert shared == fresh == alone
     counters = [[r for r in res if "counters" in r] for res in shared]
-    assert '"counters": {"c": 0, "r": 0, "t": 0}' not in counters[0][0]  # its own insert counts
-    assert all('"counters": {"c": 0, "r": 0, "t": 0}' in c[0] for c in counters[1:] if c)
+    zero = '"counters": {"c": 0, "r": 0, "t": 0}'
+    assert [bool(c) and zero not in c[0] for c in counters] == [ep[0] == write[0] and len(ep) > 1 for ep in eps]
+    assert all(zero in c[0] for c, ep in zip(counters, eps) if c and len(ep) == 1)
+
+
+def test_what_tool_code_sets_on_the_connection_does_not_reach_the_next_episode(tmp_path):
+    """The shared child keeps its connection across episodes: a row or text factory, or an
+    isolation level, that tool code set is back to a new connection's before the next episode."""
+    dest = build_shop(tmp_path / "shop")
+    (dest / "tools.py").write_text((dest / "tools.py").read_text() + "\n\nimport sqlite3\n_get_user = get_user\n\n\n"
+                                   "def get_user(db, user_id):\n"
+                                   "    seen = [repr(db.conn.row_factory), repr(db.conn.text_factory), repr(db.conn.isolation_level)]\n"
+                                   "    db.conn.row_factory, db.conn.text_factory = sqlite3.Row, bytes\n"
+                                   "    db.conn.isolation_level = 'DEFERRED'\n"
+                                   "    return {**_get_user(db, user_id), 'seen': seen}\n")
+    write = [("place_order", {"user_id": "u1", "product_id": "p3", "quantity": 1})]
+    read = [("get_user", {"user_id": "u2"})]
+    eps = [read, write, read, read]
+    with Environment.open(dest, unsafe=UNSAFE) as e:
+        shared = [[r.text() for r in res] for res, _ in e.replay(eps)]
+        fresh = [[r.text() for r in res] for res, _ in e.replay(eps, fresh=True)]
+    assert shared == fresh
+    assert all('"seen": ["None", "<class \'str\'>", "None"]' in res[0] for res, ep in zip(shared, eps) if ep == read)
