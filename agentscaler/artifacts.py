@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +89,15 @@ def domain_label(ws: Workspace, domain_id: str) -> str:
     return f"{name} {domain_id}" if name else domain_id
 
 
-def domain_scenarios(domain_dir: Path) -> list[Scenario]:
-    """The scenarios of one domain folder (a workspace's domains/<id>/ or an exported one); [] if none."""
+def domain_scenarios(domain_dir: Path, ids: Container[str] | None = None) -> list[Scenario]:
+    """The scenarios of one domain folder (a workspace's domains/<id>/ or an exported one); [] if none.
+    ids: only those with these ids, the other rows not validated (a verifier needs the scenarios
+    its trajectories name; a domain's file holds its held-out ones too)."""
     p = Path(domain_dir) / SCENARIOS
-    return [Scenario.model_validate(r) for r in read_jsonl(p)] if p.exists() else []
+    if not p.exists():
+        return []
+    return [Scenario.model_validate(r) for r in read_jsonl(p)
+            if ids is None or (isinstance(r, dict) and isinstance(r.get("id"), str) and r["id"] in ids)]
 
 
 def load_scenarios(ws: Workspace, domain_id: str | None = None) -> list[Scenario]:

@@ -55,7 +55,7 @@ from typing import Any
 
 import orjson
 
-from agentscaler.artifacts import TRAJECTORIES, load_scenarios, read_trajectory_rows
+from agentscaler.artifacts import TRAJECTORIES, domain_scenarios, read_trajectory_rows
 from agentscaler.hashing import call_key, canonical_json
 from agentscaler.models import Scenario, Trajectory, Verdict
 from agentscaler.schemas import check, value_problem
@@ -587,7 +587,7 @@ def _verify_domain(ws: Workspace, rep: Replayer, domain: str, trajs: list[Trajec
     why the domain could not replay, one pass^k row per trajectory)."""
     counts: Counter = Counter()
     failed = None
-    scenarios = {s.id: s for s in load_scenarios(ws, domain)}
+    scenarios = {s.id: s for s in domain_scenarios(ws.domain_dir(domain), {t.scenario_id for t in trajs})}
     rp = rep.domain(domain) if scenarios else "the domain has no scenarios"
     try:
         tools: DomainTools | None = DomainTools(rp.env.spec if isinstance(rp, DomainReplay)

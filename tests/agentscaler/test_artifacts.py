@@ -4,9 +4,13 @@ list without parsing it, and every line reads exactly as a full parse reads it, 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from agentscaler.artifacts import read_trajectory_rows
+import pytest
+from pydantic import ValidationError
+
+from agentscaler.artifacts import SCENARIOS, domain_scenarios, read_trajectory_rows
 from agentscaler.models import Trajectory
 
 TOOLS = [{"type": "function", "function": {"name": "get_user", "parameters": {
@@ -57,3 +61,18 @@ def test_shared_tools_read_as_a_full_parse_reads(tmp_path: Path) -> None:
     assert trajs[0].tools == TOOLS and trajs[2].tools == []
     plain = [t for _, t, *_ in read_trajectory_rows(path)]
     assert plain[1].tools is not plain[3].tools  # by default every trajectory has its own
+
+
+def test_domain_scenarios_validates_only_the_ids_asked_for(tmp_path: Path) -> None:
+    """A verifier asks for the scenarios its trajectories name: the other rows (held-out ones, or
+    a broken one) are not validated, and a row without a string id is never one of them."""
+    good = {"id": "s1", "domain": "d", "read_only": True, "intent": "look", "gold_calls": [],
+            "gold_hash": "g", "seed_hash": "g"}
+    rows = [good, {**good, "id": "s2", "split": "heldout"}, {"id": "s3", "domain": "d"}, {"id": ["s1"]}]
+    (tmp_path / SCENARIOS).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert [s.id for s in domain_scenarios(tmp_path, {"s1"})] == ["s1"]
+    assert [s.id for s in domain_scenarios(tmp_path, {"s2", "s9"})] == ["s2"]
+    with pytest.raises(ValidationError):
+        domain_scenarios(tmp_path, {"s3"})
+    with pytest.raises(ValidationError):
+        domain_scenarios(tmp_path)

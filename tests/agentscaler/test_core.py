@@ -15,7 +15,9 @@ from agentscaler.artifacts import load_tools, save_tools
 from agentscaler.catalog import Catalog
 from agentscaler.hashing import content_hash
 from agentscaler.models import Tool
-from agentscaler.workspace import Workspace, atomic_write_json, atomic_write_text, json_bytes, read_jsonl
+import agentscaler.workspace as workspace
+from agentscaler.workspace import (Workspace, atomic_write_bytes, atomic_write_json, atomic_write_text, json_bytes,
+                                  read_jsonl)
 from tests.agentscaler.catalog_writers import mark_many, open_catalog
 
 
@@ -30,6 +32,26 @@ def test_atomic_write_leaves_no_temp_files(tmp_path: Path):
     atomic_write_text(p, "replaced")
     assert p.read_text() == "replaced"
     assert [f.name for f in p.parent.iterdir()] == ["a.json"]
+
+
+def test_chunks_are_written_whole_in_order_also_after_a_short_write(tmp_path: Path, monkeypatch):
+    """atomic_write_bytes of chunks (writev, IOV_MAX at a time): every byte once, in order, with
+    empty chunks and slices among them, and when the kernel takes only part of a writev."""
+    chunks = [bytes([65 + i % 26]) * (i % 50) for i in range(2500)] + [memoryview(b"xyz")[1:], b""]
+    want = b"".join(bytes(c) for c in chunks)
+    atomic_write_bytes(tmp_path / "whole", iter(chunks))
+    assert (tmp_path / "whole").read_bytes() == want
+    writev, calls = workspace.os.writev, []
+
+    def short(fd, bufs):  # every other call takes a third of what it is given, cut mid-chunk
+        calls.append(len(bufs))
+        if len(calls) % 2:
+            return workspace.os.write(fd, b"".join(bytes(b) for b in bufs)[:sum(len(b) for b in bufs) // 3])
+        return writev(fd, bufs)
+
+    monkeypatch.setattr(workspace.os, "writev", short)
+    atomic_write_bytes(tmp_path / "short", iter(chunks))
+    assert (tmp_path / "short").read_bytes() == want and len(calls) > 4
 
 
 def test_json_artifacts_read_back_as_json_wrote_them():
