@@ -89,9 +89,13 @@ def atomic_write_json(path: Path, obj: Any) -> Path:
     return atomic_write_bytes(path, json_bytes(obj))
 
 
+def jsonl_line(row: Any) -> bytes:
+    """One line of a JSON Lines artifact, as atomic_write_jsonl writes it."""
+    return (json.dumps(row, sort_keys=True, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+
+
 def atomic_write_jsonl(path: Path, rows: Iterable[Any]) -> Path:
-    text = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False, default=str) + "\n" for r in rows)
-    return atomic_write_text(path, text)
+    return atomic_write_bytes(path, b"".join(jsonl_line(r) for r in rows))
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -59,7 +59,7 @@ from agentscaler.artifacts import TRAJECTORIES, domain_scenarios, read_trajector
 from agentscaler.hashing import call_key, canonical_json
 from agentscaler.models import Scenario, Trajectory, Verdict
 from agentscaler.schemas import check, value_problem
-from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json, atomic_write_jsonl
+from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json, jsonl_line
 from envs.episode import Checked
 from envs.fastcheck import flat_checker
 from envs.spec import DomainSpec
@@ -386,7 +386,7 @@ class Part:
     writes. Plain data, so another process (tasks.verify.shards) can send it back."""
 
     lines: list[int] = field(default_factory=list)  # the line number of each readable line
-    rows: list[dict[str, Any]] = field(default_factory=list)  # its verified.jsonl row
+    rows: list[bytes] = field(default_factory=list)  # its verified.jsonl line (encoded where verified)
     # the line with its verdict: whole, or (cut, length, tail): the first `cut` of the `length`
     # bytes the line had as read, then tail (what crosses from a shard process is the verdicts)
     out: list[bytes | tuple[int, int, bytes]] = field(default_factory=list)
@@ -427,8 +427,8 @@ def verify_part(ws: Workspace, path: Path, max_repeats: int = MAX_REPEATS, repla
         part.results = [((k, d, part.lines[i]), r) for (k, d, i), r in results]
         part.judged = [_judged(t) for t in trajs]
         verdicts = [t.verdict.model_dump() if t.verdict else None for t in trajs]  # dumped once, used twice
-        part.rows = [{"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain, "trial": t.trial,
-                      "verdict": v} for t, v in zip(trajs, verdicts)]
+        part.rows = [jsonl_line({"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain,
+                                 "trial": t.trial, "verdict": v}) for t, v in zip(trajs, verdicts)]
         part.out = [_verdict_out(t, raw, v) for t, raw, v in zip(trajs, raws, verdicts)]
         # Freed here, by reference counting, while the collector is still off: enabled with them
         # alive, its first young collection would walk every object the run made (a quarter of
@@ -476,20 +476,18 @@ def _verify_run(ws: Workspace, run_id: str | None, max_repeats: int, embed: bool
         counts.update(part.counts)
         failed.update(part.failed_domains)
     results = sorted((x for part in parts for x in part.results), key=lambda x: x[0])
-    report = summarize([parts[p].judged[j] for _, p, j in order], [r for _, r in results], counts,
-                       dict(sorted(failed.items())), max(part.seconds["replay"] for part in parts))
-    atomic_write_jsonl(run_dir / "verified.jsonl", [parts[p].rows[j] for _, p, j in order])
-    embedded = False
-    if embed and not _run_locked(run_dir):
-        # mapped, not read: the lines go from the page cache to the new file without a copy here. Not
-        # closed by hand: the mapping goes with its last slice (a failed write's traceback holds some)
-        with open(path, "rb") as fh:
-            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
-        chunks = _embedded(data, [(ln, parts[p].out[j]) for ln, p, j in order])
-        if chunks is not None:  # None: the lines changed since they were read (verified.jsonl has the verdicts)
-            atomic_write_bytes(path, chunks)
-            embedded = True
-        del chunks, data
+    # The trajectories' rewrite (a few writev calls and an fsync, mostly outside the GIL) goes out
+    # while the report is made and verified.jsonl written.
+    rewrite = ThreadPoolExecutor(1, thread_name_prefix="verify-embed") if embed and not _run_locked(run_dir) else None
+    try:
+        embedding = rewrite.submit(_embed, path, [(ln, parts[p].out[j]) for ln, p, j in order]) if rewrite else None
+        report = summarize([parts[p].judged[j] for _, p, j in order], [r for _, r in results], counts,
+                           dict(sorted(failed.items())), max(part.seconds["replay"] for part in parts))
+        atomic_write_bytes(run_dir / "verified.jsonl", [parts[p].rows[j] for _, p, j in order])
+        embedded = embedding.result() if embedding is not None else False
+    finally:
+        if rewrite is not None:
+            rewrite.shutdown()
     unreadable = [text for _, text in sorted(x for part in parts for x in part.unreadable)]
     report.update(run_id=run_id, unreadable=len(unreadable), unreadable_examples=unreadable[:20],
                   embedded_in_trajectories=embedded,
@@ -502,6 +500,20 @@ def _verify_run(ws: Workspace, run_id: str | None, max_repeats: int, embed: bool
 
 # How our writers put the verdict: the object's last member.
 VERDICT_KEY = b',"verdict":'
+
+
+def _embed(path: Path, outs: list[tuple[int, bytes | tuple[int, int, bytes]]]) -> bool:
+    """Rewrite the trajectories file at `path` with the verdicts embedded (_embedded); False when its
+    lines changed since they were read (verified.jsonl has the verdicts)."""
+    # mapped, not read: the lines go from the page cache to the new file without a copy here. Not
+    # closed by hand: the mapping goes with its last slice (a failed write's traceback holds some)
+    with open(path, "rb") as fh:
+        data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
+    chunks = _embedded(data, outs)
+    if chunks is None:
+        return False
+    atomic_write_bytes(path, chunks)
+    return True
 
 
 def _embedded(data: bytes | mmap.mmap, outs: list[tuple[int, bytes | tuple[int, int, bytes]]]) -> list[Any] | None:
