@@ -7,10 +7,11 @@ runs are staged in a scratch workspace whose domains link to it.
   - static checks alone (check_dialogue: form, schemas, repetition; no replay, no outcome);
   - replay verification with the domains' sandbox workers already open (a long-lived verifier),
     caches cold at each repeat (new Replayer: argument validators, scenarios, gold segments; each
-    open environment keeps the state oracle it built over its seed at its first repeat, as a
+    open environment keeps the state oracle it built over its seed when it was opened, as a
     long-lived verifier's environments do: its seed digests count with opening), with the CPU
-    time per trajectory in the verifier's process and in the sandbox processes (/proc), which the
-    machine's load changes far less than wall time;
+    time per trajectory in the verifier's process and in the sandbox processes (/proc: the
+    scheduler's schedstat, see results_io.tree_cpu_s), which the machine's load changes far less
+    than wall time;
   - opening every domain's worker, and replay verification from nothing (opening inside the run);
   - a fresh sandbox child per trajectory on a sample (the rollout's own isolation), for the trade
     tasks/verify/replay.py makes;
@@ -202,6 +203,8 @@ def measure(ws: Workspace, repeats: int, fresh_sample: int) -> dict:
     # a sandbox worker dies with the thread that started it.
     pool = ThreadPoolExecutor(4)
     envs = dict(zip(domains, pool.map(lambda d: Environment.open(ws.domain_dir(d), spin_us=0), domains)))
+    for e in envs.values():  # a long-lived verifier's: built once, with the opening (not timed), as the
+        e.state_oracle()     # 2-process rows' warm-up run builds theirs
     try:
         walls, cpu, reports = [], [], []
         for _ in range(repeats):
