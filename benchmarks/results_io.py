@@ -101,16 +101,18 @@ def export_tree(ref: str, into: Path) -> Path:
 
 
 def tree_cpu_s(pids: list[int], own_only: bool = False) -> float:
-    """CPU seconds used so far by these processes and every process under them, from /proc: the
-    live ones' own time from the scheduler (schedstat: ns, every thread), the reaped ones' through
-    their parent (cutime + cstime, in clock ticks); own_only: the processes' own time.
+    """CPU seconds used so far by these processes and every process under them, from /proc: each
+    live thread's from the scheduler (schedstat, ns), the process's threads that have ended from
+    its stat (utime + stime, clock ticks, less its live threads' own), the reaped children's
+    through their parent (cutime + cstime); own_only: the processes' own time.
 
-    Why schedstat: stat's utime + stime are sampled at clock ticks, which a tickless kernel does not
-    take on an idle CPU. A process that wakes for a millisecond at a time (a sandbox child serving
-    round trips) is then mostly not seen: on the real workspace's replay stat gave 19-148 us of
-    sandbox CPU per trajectory where schedstat and perf gave 140-260."""
+    Why schedstat: stat's times are clock-tick samples, which a tickless kernel does not take on an
+    idle CPU. A process that wakes for a millisecond at a time (a sandbox child serving round trips)
+    is then mostly not seen: on the real workspace's replay stat gave 19-148 us of sandbox CPU per
+    trajectory where schedstat and perf gave 140-260. Ended threads (a verifier's thread pools)
+    have no schedstat left, so their ticks are counted."""
     kids: dict[int, list[int]] = {}
-    reaped: dict[int, int] = {}
+    stats: dict[int, list[str]] = {}
     for p in os.listdir("/proc"):
         if not p.isdigit():
             continue
@@ -120,17 +122,25 @@ def tree_cpu_s(pids: list[int], own_only: bool = False) -> float:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
         kids.setdefault(int(fields[1]), []).append(int(p))
-        reaped[int(p)] = int(fields[13]) + int(fields[14])  # cutime cstime
+        stats[int(p)] = fields
     ticks, ns, stack = 0, 0, list(pids)
     while stack:
         pid = stack.pop()
+        fields = stats.get(pid)
+        if fields is None:
+            continue
         try:
+            live_ticks = 0
             for t in os.listdir(f"/proc/{pid}/task"):
                 ns += int(Path(f"/proc/{pid}/task/{t}/schedstat").read_text().split()[0])
+                ts = Path(f"/proc/{pid}/task/{t}/stat").read_text()
+                tf = ts[ts.rindex(")") + 2:].split()
+                live_ticks += int(tf[11]) + int(tf[12])
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
+        ticks += max(0, int(fields[11]) + int(fields[12]) - live_ticks)  # its ended threads
         if not own_only:
-            ticks += reaped.get(pid, 0)
+            ticks += int(fields[13]) + int(fields[14])  # its reaped children
             stack.extend(kids.get(pid, []))
     return ns / 1e9 + ticks / os.sysconf("SC_CLK_TCK")
 
