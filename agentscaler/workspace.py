@@ -95,7 +95,7 @@ def jsonl_line(row: Any) -> bytes:
 
 
 def atomic_write_jsonl(path: Path, rows: Iterable[Any]) -> Path:
-    return atomic_write_bytes(path, b"".join(jsonl_line(r) for r in rows))
+    return atomic_write_bytes(path, (jsonl_line(r) for r in rows))
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -547,9 +547,7 @@ class Worker:
                 self.reads_counters = self.reads_counters or self.guard.counters
                 carried = self.conn.total_changes != 0
                 if carried and self.reads_counters:
-                    made = self._episode_connection()
-                    self.conn.close()
-                    self.conn, self.guard, self.db = made
+                    self._new_connection()
                     dirty, carried = False, False
                 conn = self.conn
                 if conn.in_transaction:
@@ -559,10 +557,7 @@ class Worker:
                 # what tool code may have set on the connection, back to a new connection's values
                 conn.row_factory, conn.text_factory, conn.isolation_level = None, str, None
                 if ran:
-                    if self.scratch is not None:
-                        wipe(self.scratch)
-                    self.tools = {}
-                    self.load_tools()
+                    self._tools_afresh()
                 mark = len(parts)
                 results, dirty, ran = [], False, bool(calls)
                 for name, args, kind in calls:
@@ -575,7 +570,6 @@ class Worker:
                         results.append([False, res["error"]])
                 if carried and self.guard.counters and not self.reads_counters:
                     del parts[mark:]  # read the counters of an earlier episode: again, on a new connection
-                    dirty = True
                     continue
                 break
             image = bytes(conn.serialize()) if dirty or images else b""
@@ -688,15 +682,23 @@ class Worker:
         wrote are gone). A failure leaves the child's state unknown: it exits (the parent sees a
         crash and gets a fresh child, which holds the seed too)."""
         try:
-            made = self._episode_connection()
-            self.conn.close()
-            self.conn, self.guard, self.db = made
-            if self.scratch is not None:
-                wipe(self.scratch)
-            self.tools = {}
-            self.load_tools()
+            self._new_connection()
+            self._tools_afresh()
         except BaseException:  # noqa: BLE001 - half restarted: no episode may run on it
             os._exit(72)
+
+    def _new_connection(self) -> None:
+        """The current connection replaced by a new one holding the seed (counters at 0)."""
+        made = self._episode_connection()
+        self.conn.close()
+        self.conn, self.guard, self.db = made
+
+    def _tools_afresh(self) -> None:
+        """Scratch emptied and tools.py run again in a new module namespace."""
+        if self.scratch is not None:
+            wipe(self.scratch)
+        self.tools = {}
+        self.load_tools()
 
     def handle(self, req: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         op = req.get("op")
