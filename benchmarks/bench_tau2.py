@@ -18,7 +18,9 @@ Side by side (`interleaved`): every recorded read call of every read tool, tau2 
 alternating call for call, so machine noise hits both alike; per tool and overall, for our default
 transport (caller and worker spin up to 200 us before sleeping), with spinning off, and with
 spinning off and this thread and the worker on one CPU (Environment.open's cpu): a call then hands
-the CPU over instead of waking a halted one, as an RL loop stepping one environment at a time can.
+the CPU over instead of waking a halted one, as an RL loop stepping one environment at a time can;
+and with spinning off, this thread free and the worker following it (cpu="caller": each request
+says which CPU the caller is on, and the worker moves there when it changed).
 
 --before REF: one more side-by-side arm (no busy-wait, so that no third process spins): tau2, ours
 and ours with the sandbox worker's code of git REF (its envs/ exported; the caller's code is this
@@ -216,12 +218,13 @@ def open_with_worker_of(tree: Path, ddir: Path, spin_us: int | None):
         sandbox.REPO = here
 
 
-def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None, cpu: int | None = None,
+def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None, cpu: int | str | None = None,
                 before: Path | None = None) -> dict:
     """Every read call of sampled_reads, tau2 then ours, 5 times each per round; with busy-waiting
     off, the bare pipe round trip (PipeFloor, same bytes as the call) as a third arm. cpu: this
     thread, the worker and the floor's processes all on that one CPU (tau2's calls too); the floor
-    is measured in a pass of its own, each round trip after a tau2 call as ours is. before:
+    is measured in a pass of its own, each round trip after a tau2 call as ours is. cpu="caller": this
+    thread free, the worker following it; no floor. before:
     instead of the floor, ours with the worker of that tree, the two taking turns going first."""
     from tau2.data_model.message import ToolCall
 
@@ -229,12 +232,12 @@ def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None, cpu: 
     from envs.sandbox import unsafe_from_env
 
     allowed = os.sched_getaffinity(0)
-    if cpu is not None:
+    if isinstance(cpu, int):
         os.sched_setaffinity(0, {cpu})  # this thread; the floor's forked processes inherit it
     tenv = importlib.import_module(f"tau2.domains.{domain}.environment").get_environment()
     env = Environment.open(ddir, unsafe=unsafe_from_env(), spin_us=spin_us, cpu=cpu)
     old = open_with_worker_of(before, ddir, spin_us) if before is not None else None
-    floor = PipeFloor() if spin_us == 0 and old is None else None
+    floor = PipeFloor() if spin_us == 0 and old is None and cpu != "caller" else None
     try:
         env.reset()
         if old is not None:
@@ -326,6 +329,8 @@ def arm(v: dict) -> str:
         return f"busy-wait {v['spin_us']} us"
     if v.get("before"):
         return f"no busy-wait, beside the worker of {v['before']}"
+    if v.get("cpu") == "caller":
+        return "no busy-wait, caller free and the worker following its CPU (cpu=\"caller\")"
     return "no busy-wait" + (f", caller and worker on one CPU ({v['cpu']})" if v.get("cpu") is not None else "")
 
 
@@ -413,7 +418,7 @@ def main() -> None:
                 "full_hash_vs_db_hash": ours["full_hash_ms"] / theirs["db_hash_after_write_ms"]}}
             one_cpu = max(os.sched_getaffinity(0))
             report[domain]["interleaved"] = [interleaved(domain, Path(tmp) / domain, rounds, spin, cpu)
-                                             for spin, cpu in ((None, None), (0, None), (0, one_cpu))]
+                                             for spin, cpu in ((None, None), (0, None), (0, one_cpu), (0, "caller"))]
             if a.before:
                 tree = Path(tmp) / "before"
                 if not tree.exists():

@@ -107,7 +107,7 @@ class ToolResult:
 
 def _start_worker(domain_dir: Path, *, unsafe: bool = False, time_limit: float = 2.0, memory_mb: int = 1024,
                   max_reply: int = 4 << 20, check_code: bool = True, spin_us: int | None = None,
-                  scratch_mb: int = 32, cpu: int | None = None) -> tuple[DomainSpec, WorkerProcess]:
+                  scratch_mb: int = 32, cpu: int | str | None = None) -> tuple[DomainSpec, WorkerProcess]:
     """The domain's spec and its started sandbox worker (Environment.open documents the arguments)."""
     try:
         spec = DomainSpec.load(domain_dir)
@@ -182,12 +182,15 @@ class Environment:
     @classmethod
     def open(cls, domain_dir: Path | str, *, unsafe: bool = False, time_limit: float = 2.0,
              memory_mb: int = 1024, max_reply: int = 4 << 20, check_code: bool = True,
-             spin_us: int | None = None, scratch_mb: int = 32, cpu: int | None = None) -> "Environment":
+             spin_us: int | None = None, scratch_mb: int = 32, cpu: int | str | None = None) -> "Environment":
         """Start the sandboxed worker for domain_dir. Raises SandboxError when isolation is missing
         (unless unsafe) or, with check_code, when tools.py fails to load. spin_us: how long caller
         and worker busy-wait for each other before sleeping (default: envs.sandbox.default_spin_us).
         cpu: run the worker on that CPU only; a caller thread pinned there too gets its replies
         without a CPU waking up (envs.sandbox's Transport note; for call loops without spinning).
+        cpu="caller": the same, k being the CPU the calling thread is on at its first call. Either
+        way the caller's thread stays free: a call that finds it on another CPU holds it on k for
+        that round trip only (no busy-wait; envs.sandbox's Transport note).
         memory_mb: each worker process's budget, scratch_mb of it the scratch tmpfs. The worker dies
         with the thread that opened it (its parent-death signal is per thread): open on a thread
         that outlives the environment."""

@@ -39,9 +39,15 @@ run). AGENTSCALER_SHARED_SANDBOX=0 turns it off.
 Transport: caller and worker each busy-wait up to `spin_us` (default 200 us) for the other's next
 message before sleeping on the pipe. On these VMs a sleeping process takes 25-75 us to wake, more
 than most tool calls; within the spin a round trip is ~3 us. AGENTSCALER_SPIN_US=0 turns it off.
-Without spinning, `cpu=k` keeps the worker on CPU k: a caller thread pinned to the same CPU
-(os.sched_setaffinity(0, {k})) hands the CPU over on each call and back on each reply, a switch
-of ~2 us instead of waking a halted CPU (~50 us), and no CPU burns while either side waits.
+Without spinning, `cpu=k` keeps the worker on CPU k, and a call from a thread on CPU k hands the
+CPU over: the worker, woken there, takes it at once, and hands it back with the reply before the
+caller has slept (~2 us instead of waking a halted CPU, ~50 us; no CPU burns while either side
+waits). The caller's thread stays free. Left to the scheduler, a sleeping caller is woken on an idle
+CPU if there is one, so the first call from elsewhere (or after the scheduler moved the thread)
+holds the thread on CPU k for its round trip (two affinity changes, ~10 us); it is then on CPU k and
+the next calls need nothing. `cpu="caller"`: k is the CPU the caller is on at its first call, and
+each request names it, for the worker's child (a new one after every reset) to move there.
+Neither busy-waits: spinning on the caller's CPU would only take it from the caller.
 """
 
 from __future__ import annotations
@@ -270,6 +276,9 @@ def log_tail(log: Any) -> str:
         return ""
 
 
+_sched_getcpu = ctypes.CDLL(None).sched_getcpu  # the CPU this thread is on (glibc, through the vDSO)
+
+
 def default_spin_us() -> int:
     """How long each side busy-waits for the other before sleeping (AGENTSCALER_SPIN_US; default
     200 us, 0 on a single CPU where spinning only delays the other side)."""
@@ -305,7 +314,7 @@ class WorkerProcess:
     def __init__(self, domain_dir: Path, *, unsafe: bool = False, time_limit: float = 2.0,
                  max_reply: int = 4 << 20, memory_mb: int = 1024, scratch_mb: int = 32,
                  use_bwrap: bool | None = None, landlock: bool = True, spin_us: int | None = None,
-                 cpu: int | None = None):
+                 cpu: int | str | None = None):
         self.domain_dir = Path(domain_dir).resolve()
         self.unsafe = unsafe or unsafe_from_env()
         self.time_limit = time_limit
@@ -316,11 +325,18 @@ class WorkerProcess:
         self.max_state = memory_mb << 20
         self.use_bwrap = bwrap_works() if use_bwrap is None else use_bwrap
         self.landlock = landlock
+        if cpu == "caller":  # the Transport note
+            if spin_us:
+                raise ValueError(f'cpu="caller" runs the worker on the caller\'s CPU, where it must not busy-wait '
+                                 f"(spin_us {spin_us}, not 0)")
+            spin_us = 0
+        elif cpu is not None and cpu not in os.sched_getaffinity(0):
+            raise ValueError(f"cpu {cpu} is not one this process may run on: {sorted(os.sched_getaffinity(0))}")
         self.spin_ns = (default_spin_us() if spin_us is None else spin_us) * 1000
         self._spin_given = spin_us is not None
-        if cpu is not None and cpu not in os.sched_getaffinity(0):
-            raise ValueError(f"cpu {cpu} is not one this process may run on: {sorted(os.sched_getaffinity(0))}")
         self.cpu = cpu
+        self.follow = cpu == "caller"
+        self._home: int | None = cpu if isinstance(cpu, int) else None  # the worker's CPU (cpu="caller": once known)
         self.proc: subprocess.Popen | None = None
         self.isolation: dict[str, bool] = {}
         self.load_error: str | None = None
@@ -383,7 +399,7 @@ class WorkerProcess:
                 "--spin-us", str(self.spin_ns // 1000), "--limits", json.dumps(self.limits),
                 "--seccomp", "1" if seccomp_py else "0", "--landlock", "1" if self.landlock else "0", "--lib", lib,
                 "--libraries", json.dumps(_library_names() if seccomp_py else {})]
-        return args + (["--cpu", str(self.cpu)] if self.cpu is not None else [])
+        return args + (["--cpu", str(self.cpu)] if isinstance(self.cpu, int) else [])
 
     def start(self) -> dict[str, bool]:
         self.stop()
@@ -674,7 +690,21 @@ class WorkerProcess:
         """One round trip with the current child. Raises RequestTooLarge (nothing sent), TypeError/
         ValueError for unencodable requests, or WorkerCrashed after replacing a child that hung,
         crashed, forged a frame or broke a cap."""
-        return self.finish(self.send(obj, payload, timeout))
+        if self.cpu is None or self.spin_ns:
+            return self.finish(self.send(obj, payload, timeout))
+        here = _sched_getcpu()
+        if self._home is None:
+            self._home = here
+        if here == self._home:  # the usual case: the worker is woken here and takes over at once
+            return self.finish(self.send(obj, payload, timeout))
+        mask = os.sched_getaffinity(0)
+        if self._home not in mask:  # this thread may not run there: a plain round trip
+            return self.finish(self.send(obj, payload, timeout))
+        os.sched_setaffinity(0, (self._home,))  # go to the worker once; the thread stays there after
+        try:
+            return self.finish(self.send(obj, payload, timeout))
+        finally:
+            os.sched_setaffinity(0, mask)
 
     def send(self, obj: dict[str, Any], payload: bytes = b"", timeout: float | None = None) -> Pending:
         """request()'s first half: send, and return what finish() needs to read the reply. Between
@@ -713,6 +743,8 @@ class WorkerProcess:
         if self.proc.poll() is not None:  # the sandbox is gone: a child it left may still answer for a moment
             raise WorkerCrashed("exited")
         op = obj.get("op", "")
+        if self.follow:
+            obj = {**obj, "cpu": _sched_getcpu() if self._home is None else self._home}
         body = encode_request(obj)
         max_body, max_payload, max_reply_payload = self._caps(op, bool(obj.get("image")))
         if len(body) > max_body or len(payload) > max_payload:

@@ -340,6 +340,7 @@ class Worker:
     def __init__(self, domain: str, time_limit: float, max_reply: int, spin_us: int = 0, scratch: str | None = None):
         self.rfd = self.wfd = -1
         self.spin_ns = spin_us * 1000
+        self.on_cpu: int | None = None  # the caller's CPU this child last moved to (envs.sandbox: cpu="caller")
         self.time_limit = time_limit
         self.max_reply = max_reply
         self.scratch = scratch  # the writable tmpfs to police after each call (None: not writable)
@@ -745,6 +746,15 @@ class Worker:
             return {"ok": True}, b""
         return {"ok": False, "error": f"unknown op {op!r}"}, b""
 
+    def move_to(self, cpu: Any) -> None:
+        """Run on the caller's CPU from now on (cpu="caller"); one this process may not use (a
+        cpuset of its own) leaves it where it is, and the next request does not try again."""
+        self.on_cpu = cpu
+        try:
+            os.sched_setaffinity(0, (cpu,))
+        except (OSError, TypeError, ValueError, OverflowError):
+            pass
+
     def serve(self) -> None:
         while True:
             got = self.recv()
@@ -754,6 +764,9 @@ class Worker:
             fallback = "reply"
             try:
                 req = _loads(body)
+                cpu = req.get("cpu")
+                if cpu is not None and cpu != self.on_cpu:
+                    self.move_to(cpu)
                 if req.get("op") == "call":
                     fallback = f"tool {req.get('name')}"
                 reply, out = self.handle(req, payload)

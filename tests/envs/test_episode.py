@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envs.episode import Environment, ToolResult
-from envs.sandbox import SandboxError, bwrap_works
+from envs.sandbox import SandboxError, WorkerCrashed, bwrap_works
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "domains" / "shop"))
 # These tests are about the API, not isolation (tests/envs/test_sandbox_attacks.py is): where
@@ -146,6 +146,68 @@ def test_a_worker_on_one_cpu_runs_there_and_answers_alike(shop):
         assert free.worker.cpu is None
     with pytest.raises(ValueError, match="cpu 4096 is not one this process may run on"):
         Environment.open(shop, unsafe=UNSAFE, cpu=4096)
+
+
+def test_a_worker_follows_the_caller_and_a_caller_elsewhere_is_held_for_one_call(shop, monkeypatch):
+    """cpu="caller": the worker's child (and each new one after a reset) moves to the CPU the caller
+    was on at its first call, and answers as a free worker does. A call that finds the caller on
+    another CPU holds its thread on the worker's CPU for that round trip and gives back the thread's
+    own CPUs after it, also when the call fails; a thread that may not run there is left alone.
+    Which CPU the caller is on is scripted here (envs.sandbox._sched_getcpu), and the affinity
+    changes are recorded around the real os.sched_setaffinity: this is about our own logic."""
+    import os
+
+    from envs import sandbox
+    from tests.fault.orphans import descendants
+
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs")
+    home, other = max(allowed), min(allowed)
+    real = os.sched_setaffinity
+    seen: list[set[int]] = []
+
+    def recording(pid: int, mask) -> None:
+        assert pid == 0
+        seen.append(set(mask))
+        real(pid, mask)
+
+    with pytest.raises(ValueError, match='cpu="caller"'):
+        Environment.open(shop, unsafe=UNSAFE, spin_us=50, cpu="caller")
+    try:
+        with Environment.open(shop, unsafe=UNSAFE, cpu="caller") as env, \
+                Environment.open(shop, unsafe=UNSAFE, spin_us=0) as free:
+            assert env.worker.spin_ns == 0
+            real(0, {home})
+            env.reset()
+            free.reset()
+            assert env.call("get_user", {"user_id": "u1"}) == free.call("get_user", {"user_id": "u1"})
+            assert env.worker._home == home
+            workers = [p for p in descendants(env.worker.proc.pid) if os.sched_getaffinity(p) == {home}]
+            assert workers  # the child serving calls moved there (the zygote did not)
+            env.call("place_order", {"user_id": "u1", "product_id": "p1", "quantity": 1})
+            env.reset()  # a new child: it moves there with its first request
+            env.call("get_user", {"user_id": "u1"})
+            assert any(os.sched_getaffinity(p) == {home} for p in descendants(env.worker.proc.pid))
+            real(0, allowed)
+            monkeypatch.setattr(os, "sched_setaffinity", recording)
+            monkeypatch.setattr(sandbox, "_sched_getcpu", lambda: home)
+            env.call("get_user", {"user_id": "u1"})
+            assert seen == []  # on the worker's CPU already: nothing to change
+            monkeypatch.setattr(sandbox, "_sched_getcpu", lambda: other)
+            assert env.call("get_user", {"user_id": "u1"}).ok
+            assert seen == [{home}, allowed] and os.sched_getaffinity(0) == allowed
+            seen.clear()
+            with pytest.raises(WorkerCrashed):  # a deadline already past: the round trip fails
+                env.worker.request({"op": "call", "name": "get_user", "args": {"user_id": "u1"}, "kind": "read"},
+                                   timeout=1e-9)
+            assert seen == [{home}, allowed] and os.sched_getaffinity(0) == allowed
+            seen.clear()
+            real(0, {other})  # this thread may not run on the worker's CPU: a plain round trip
+            assert env.call("get_user", {"user_id": "u1"}).ok
+            assert seen == [] and os.sched_getaffinity(0) == {other}
+    finally:
+        real(0, allowed)
 
 
 def test_requests_orjson_refuses_reach_the_tool_alike(env):
