@@ -225,7 +225,7 @@ def interleaved(domain: str, ddir: Path, rounds: int, spin_us: int | None, cpu: 
     off, the bare pipe round trip (PipeFloor, same bytes as the call) as a third arm. cpu: this
     thread, the worker and the floor's processes all on that one CPU (tau2's calls too); the floor
     is measured in a pass of its own, each round trip after a tau2 call as ours is. cpu="caller": this
-    thread free, the worker following it; no floor. before:
+    thread free, the worker on the CPU of its first call; no floor. before:
     instead of the floor, ours with the worker of that tree, the two taking turns going first."""
     from tau2.data_model.message import ToolCall
 
