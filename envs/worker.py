@@ -32,7 +32,10 @@ import sys
 # signal.getsignal maps the handler onto an enum, which raises and catches ValueError for a function
 # handler (3.4 us of every call's signal hygiene); the C function underneath answers in 20 ns.
 from _signal import getsignal as _getsignal
-from typing import Any
+from itertools import repeat
+from operator import attrgetter, is_
+from types import BuiltinFunctionType, FunctionType, ModuleType
+from typing import Any, NamedTuple
 
 from envs import image
 from envs.pipe import HEADER, MAX_NESTING, NO_NONCE, OK_BODY, spin_read, too_deep
@@ -89,6 +92,73 @@ _dumps_content = _encoder(", ", ": ")
 PRELOAD = ("json", "re", "math", "datetime", "decimal", "itertools", "collections", "functools", "string",
            "statistics", "typing")
 MAX_SCRATCH_FILES = 1024  # tmpfs caps bytes, not inodes: a call that leaves more files fails and is wiped
+
+
+# What tools.py's module holds after it ran (run_episodes: run it again only if that changed) ------
+MODULE = "domain_tools"
+_ATOMS = (type(None), bool, int, float, complex, str, bytes)
+_MISSING = object()
+
+
+def _frozen(value: Any) -> bool:
+    """Nothing in it can change: exact atom types (a subclass instance may carry attributes) and
+    tuples / frozensets of them."""
+    t = type(value)
+    return t in _ATOMS or ((t is tuple or t is frozenset) and all(_frozen(v) for v in value))
+
+
+class ModuleState(NamedTuple):
+    """module_state's record: the globals (names, values), the functions the module defined with
+    what can be set on them, and a copy of each keyword-defaults dict (it can change in place)."""
+
+    names: tuple[str, ...]
+    values: tuple[Any, ...]
+    functions: tuple[FunctionType, ...]
+    codes: tuple[Any, ...]
+    defaults: tuple[Any, ...]
+    kwdefaults: tuple[Any, ...]
+    kwcopies: tuple[tuple[FunctionType, dict[str, Any]], ...]
+
+
+def module_state(ns: dict[str, Any]) -> ModuleState | None:
+    """What of a module namespace just run could change, to compare after an episode with
+    module_unchanged: every global by identity, and for each function the module defined, what
+    can be set on it (code, defaults, keyword defaults, attributes). None when a global is
+    something whose changes this cannot see (a list, a dict, an instance, a class or closure the
+    module made): such a module runs again before every episode. Modules, builtins and what the
+    module imported from elsewhere are shared by the whole process whether it runs again or not."""
+    fns = []
+    for k, v in ns.items():
+        if type(v) is FunctionType and v.__module__ == MODULE:
+            kw = v.__kwdefaults__
+            if (v.__closure__ is not None or v.__dict__ or not (v.__defaults__ is None or _frozen(v.__defaults__))
+                    or not (kw is None or all(_frozen(x) for x in kw.values()))):
+                return None
+            fns.append(v)
+        elif not (k == "__builtins__" or _frozen(v) or isinstance(v, (ModuleType, BuiltinFunctionType, FunctionType))
+                  or (isinstance(v, type) and v.__module__ != MODULE)):
+            return None
+    return ModuleState(tuple(ns), tuple(ns.values()), tuple(fns), tuple(f.__code__ for f in fns),
+                       tuple(f.__defaults__ for f in fns), tuple(f.__kwdefaults__ for f in fns),
+                       tuple((f, dict(f.__kwdefaults__)) for f in fns if f.__kwdefaults__))
+
+
+_code, _defaults = attrgetter("__code__"), attrgetter("__defaults__")
+_kwdefaults, _attributes = attrgetter("__kwdefaults__"), attrgetter("__dict__")
+
+
+def module_unchanged(ns: dict[str, Any], state: ModuleState) -> bool:
+    """The namespace holds what module_state saw: the same globals, and its functions the same
+    code, defaults and keyword defaults, and no attributes set on them. (The loops run in C: this
+    is on every replayed episode's path.)"""
+    fns = state.functions
+    return (len(ns) == len(state.names)
+            and all(map(is_, map(ns.get, state.names, repeat(_MISSING)), state.values))
+            and all(map(is_, map(_code, fns), state.codes))
+            and all(map(is_, map(_defaults, fns), state.defaults))
+            and all(map(is_, map(_kwdefaults, fns), state.kwdefaults))
+            and not any(map(_attributes, fns))
+            and all(f.__kwdefaults__ == kw for f, kw in state.kwcopies))
 
 
 # A light, duck-typed DomainSpec (no pydantic in here) -------------------------------------------
@@ -365,6 +435,9 @@ class Worker:
         except (OSError, SyntaxError, ValueError) as exc:
             self.load_error = self._load_failure(exc)
         self.tools: dict[str, Any] = {}
+        # the tools dict tools.py's last run filled, its namespace, and what that held after the
+        # run (module_state; None: run it every time)
+        self.ran_tools: tuple[dict[str, Any], dict[str, Any], ModuleState | None] | None = None
         # Hosted episodes (envs.hosted): slot id -> (conn, guard, db, tools); the fields above are
         # the current slot's. Slot 0 is the child's own episode.
         self.slots: dict[int, tuple[Any, Any, Any, dict[str, Any]]] = {}
@@ -404,9 +477,10 @@ class Worker:
         """Run tools.py (tool code's first run: only in a child, never in the zygote)."""
         if self.code is None:
             return
-        mod = type(sys)("domain_tools")
+        self.ran_tools = None
+        mod = type(sys)(MODULE)
         mod.__file__ = self.code_path
-        sys.modules["domain_tools"] = mod
+        sys.modules[MODULE] = mod
         try:
             signal.setitimer(signal.ITIMER_REAL, self.time_limit * 2)
             try:
@@ -420,6 +494,7 @@ class Worker:
             fn = mod.__dict__.get(t.name)
             if callable(fn):
                 self.tools[t.name] = fn
+        self.ran_tools = (self.tools, mod.__dict__, module_state(mod.__dict__))
 
     # framing ------------------------------------------------------------------------------------
     def _read_exact(self, n: int) -> bytes | None:
@@ -523,14 +598,15 @@ class Worker:
         return {"ok": True, "content": out}, text
 
     def run_episodes(self, episodes: list[list[list[Any]]], images: bool = False) -> tuple[dict[str, Any], bytes]:
-        """Many episodes in this child, one after another, each from the seed, with tools.py run
-        afresh (its module globals do not carry over) and scratch emptied (nor do its files) —
+        """Many episodes in this child, one after another, each from the seed, with tools.py's
+        module as a fresh run leaves it (run again when tool code changed it: its module globals do
+        not carry over) and scratch emptied (nor do its files) —
         verification's replay, without a fork per episode. The texts of successful calls and the database image of each episode that
         committed a write go in the payload; the reply gives their lengths: per call [true, n] or
         [false, error], per episode the image's length or -1 when nothing was committed (reads and
         failed calls are rolled back: the episode ended at the seed). `images`: every episode's
         image, also of those that committed nothing (for a caller that re-measures that they did not)."""
-        # tools.py runs afresh before the first episode too: tool code may have run in this child
+        # the module is checked before the first episode too: tool code may have run in this child
         # before the round trip (calls, an earlier round trip), changing its module globals
         parts, out, dirty, ran = [], [], True, True
         for calls in episodes:
@@ -558,7 +634,10 @@ class Worker:
                 # what tool code may have set on the connection, back to a new connection's values
                 conn.row_factory, conn.text_factory, conn.isolation_level = None, str, None
                 if ran:
-                    self._tools_afresh()
+                    # tools.py runs again only when its module changed (module_unchanged: as it
+                    # was after it ran, which is what running it again would give); running it
+                    # was a third of this child's work
+                    self._tools_afresh(not self._tools_as_run())
                 mark = len(parts)
                 results, dirty, ran = [], False, bool(calls)
                 for name, args, kind in calls:
@@ -694,12 +773,21 @@ class Worker:
         self.conn.close()
         self.conn, self.guard, self.db = made
 
-    def _tools_afresh(self) -> None:
-        """Scratch emptied and tools.py run again in a new module namespace."""
+    def _tools_as_run(self) -> bool:
+        """The current tools (a hosted slot has its own) are those of tools.py's last run, and its
+        module holds what it held after that run."""
+        if self.ran_tools is None:
+            return False
+        tools, ns, state = self.ran_tools
+        return tools is self.tools and state is not None and module_unchanged(ns, state)
+
+    def _tools_afresh(self, run: bool = True) -> None:
+        """Scratch emptied and (run) tools.py run again in a new module namespace."""
         if self.scratch is not None:
             wipe(self.scratch)
-        self.tools = {}
-        self.load_tools()
+        if run:
+            self.tools = {}
+            self.load_tools()
 
     def handle(self, req: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         op = req.get("op")

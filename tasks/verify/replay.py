@@ -4,8 +4,10 @@ verification judges, and what the trajectory recorded is only compared with them
 
 Cost, and the one trade it makes: a domain's environment (one sandbox worker) is opened once per
 verifier and every trajectory of the domain is replayed in one sandbox child, many per round trip
-(envs.episode.Environment.replay: no fork per trajectory), each from the seed with tools.py run
-afresh, on the child's one connection (the seed loaded into it again, its prepared statements kept;
+(envs.episode.Environment.replay: no fork per trajectory), each from the seed with tools.py's
+module as a fresh run leaves it (run again only when tool code changed its globals or functions:
+envs.worker.module_state; a module holding lists, dicts or objects runs before every episode), on
+the child's one connection (the seed loaded into it again, its prepared statements kept;
 the SQLite change counters it carries are read by no tool SQL, or each episode of that child gets
 a new connection: envs.worker.Worker.run_episodes). What tool code changes outside its own module
 (a stdlib module it patches, scratch files, a function it registers on the connection) could still

@@ -83,6 +83,42 @@ def test_module_globals_start_afresh_in_each_episode_patched_modules_do_not(tmp_
     assert shared == [(1, 1), (1, 2), (1, 3)] and fresh == [(1, 1)] * 3
 
 
+# tools.py's module body counts its runs where they outlive a run (a stdlib module: process-wide);
+# each case's get_user changes something of its own module and reports what it found (`mine`).
+RUNS = "import json\njson.runs = getattr(json, 'runs', 0) + 1\n_get_user = get_user\n\n\n"
+REPORT = "    return {**_get_user(db, user_id), 'mine': mine, 'runs': json.runs}\n"
+MODULE_CHANGES = {
+    "nothing": "def get_user(db, user_id):\n    mine = 1\n",
+    "a global rebound": "_COUNT = 0\n\n\ndef get_user(db, user_id):\n    global _COUNT\n    _COUNT += 1\n"
+                        "    mine = _COUNT\n",
+    "an attribute set on a function": "def get_user(db, user_id):\n    get_user.calls = getattr(get_user, 'calls', 0) + 1\n"
+                                      "    mine = get_user.calls\n",
+    "a function's defaults": "def get_user(db, user_id, _seen=()):\n    get_user.__defaults__ = (_seen + (user_id,),)\n"
+                             "    mine = len(_seen) + 1\n",
+    "a function's keyword defaults, in place": "def get_user(db, user_id, *, _n=0):\n"
+                                               "    get_user.__kwdefaults__['_n'] = _n + 1\n    mine = _n + 1\n",
+    "a list it holds": "_SEEN = []\n\n\ndef get_user(db, user_id):\n    _SEEN.append(user_id)\n    mine = len(_SEEN)\n",
+}
+
+
+@pytest.mark.parametrize("change", list(MODULE_CHANGES))
+def test_tools_py_runs_again_for_an_episode_only_when_its_module_changed(tmp_path, change):
+    """A shared-child replay runs tools.py again before an episode only when the module no longer
+    holds what it held after it ran (envs.worker.module_state): a global rebound, an attribute,
+    defaults or keyword defaults set on one of its functions. Then the episode sees the module as a
+    fresh child does; a module that nothing changed is not run again (one run for the round trip,
+    the child's own); one holding what that check cannot see (a list) runs before every episode."""
+    dest = build_shop(tmp_path / "shop")
+    (dest / "tools.py").write_text((dest / "tools.py").read_text() + "\n\n" + RUNS + MODULE_CHANGES[change] + REPORT)
+    eps = [[("get_user", {"user_id": "u1"})]] * 3
+    with Environment.open(dest, unsafe=UNSAFE) as e:
+        shared = [(res[0].content["mine"], res[0].content["runs"]) for res, _ in e.replay(eps)]
+        fresh = [(res[0].content["mine"], res[0].content["runs"]) for res, _ in e.replay(eps, fresh=True)]
+    assert fresh == [(1, 1)] * 3
+    runs = [1, 1, 1] if change == "nothing" else [1, 2, 3] if change != "a list it holds" else [2, 3, 4]
+    assert shared == [(1, r) for r in runs]
+
+
 def test_call_from_seed_starts_every_call_at_the_seed_and_answers_as_call_does(tmp_path):
     """The validation suite's try (Environment.call_from_seed): one call from the seed with the
     image after it, in the current child; a write's change does not reach the next call, errors

@@ -39,3 +39,31 @@ def test_unknown_library_names_fall_back_to_the_real_find_library():
     got = _start_imports({})
     assert "subprocess" in got["loaded"]  # the real ctypes.util (and ldconfig) found the libraries
     assert got["stand_in_left"] is True  # ... and stays imported, as any import leaves it
+
+
+def test_module_state_sees_what_can_change_or_refuses():
+    """envs.worker.module_state over a namespace as tools.py's run leaves it: functions it defined
+    (their code, defaults, keyword defaults, attributes), what it imported and frozen values are
+    followed; a list, a dict, an instance, a class or a closure it made, a mutable default, are
+    not (such a module runs again before every episode)."""
+    from envs.worker import MODULE, module_state, module_unchanged
+
+    def run(src: str) -> dict:
+        ns = {"__name__": MODULE}
+        exec(compile(src, "tools.py", "exec"), ns)  # noqa: S102 - our own fixture source
+        return ns
+
+    clean = run("import json\nfrom math import sqrt\nLIMIT = 3\nNAMES = ('a', ('b', 1.5))\n"
+                "def f(db, x=1, *, y='z'):\n    return x\n")
+    state = module_state(clean)
+    assert state is not None and module_unchanged(clean, state)
+    for change in ("LIMIT = 4", "f.seen = 1", "f.__defaults__ = (2,)", "f.__kwdefaults__['y'] = 'w'",
+                   "f.__code__ = (lambda db: 0).__code__", "EXTRA = 1", "del NAMES", "json = None"):
+        ns = dict(clean, f=run("def f(db, x=1, *, y='z'):\n    return x\n")["f"])
+        state = module_state(ns)
+        exec(change, ns)  # noqa: S102
+        assert not module_unchanged(ns, state), change
+    for src in ("SEEN = []", "TABLE = {'a': 1}", "class C:\n    n = 0", "def f(db, x=[]):\n    return x",
+                "def f(db, *, x=[]):\n    return x", "def g():\n    n = 0\n    def f(db):\n        return n\n    return f\nf = g()",
+                "S = frozenset([1]) | {2}\nX = object()", "class S(str):\n    pass\nV = S('a')"):
+        assert module_state(run(src)) is None, src
