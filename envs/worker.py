@@ -757,13 +757,14 @@ class Worker:
     def restart(self) -> None:
         """A new episode from the seed in this child, without a fork (the scenario stage's walks,
         one after another): a new connection holding the seed (nothing of the last one's state or
-        counters, such as changes() or last_insert_rowid()), a new db helper, tools.py run afresh in
-        a new module namespace (its globals start over) and the scratch mount emptied (files a tool
+        counters, such as changes() or last_insert_rowid()), a new db helper, tools.py's module as
+        a fresh run leaves it (run again in a new namespace when tool code changed it, as
+        run_episodes does: its globals start over) and the scratch mount emptied (files a tool
         wrote are gone). A failure leaves the child's state unknown: it exits (the parent sees a
         crash and gets a fresh child, which holds the seed too)."""
         try:
             self._new_connection()
-            self._tools_afresh()
+            self._tools_afresh(not self._tools_as_run())
         except BaseException:  # noqa: BLE001 - half restarted: no episode may run on it
             os._exit(72)
 

@@ -107,14 +107,20 @@ def test_tools_py_runs_again_for_an_episode_only_when_its_module_changed(tmp_pat
     holds what it held after it ran (envs.worker.module_state): a global rebound, an attribute,
     defaults or keyword defaults set on one of its functions. Then the episode sees the module as a
     fresh child does; a module that nothing changed is not run again (one run for the round trip,
-    the child's own); one holding what that check cannot see (a list) runs before every episode."""
+    the child's own); one holding what that check cannot see (a list) runs before every episode.
+    Environment.restart's episodes see the module as fresh too."""
     dest = build_shop(tmp_path / "shop")
     (dest / "tools.py").write_text((dest / "tools.py").read_text() + "\n\n" + RUNS + MODULE_CHANGES[change] + REPORT)
     eps = [[("get_user", {"user_id": "u1"})]] * 3
     with Environment.open(dest, unsafe=UNSAFE) as e:
         shared = [(res[0].content["mine"], res[0].content["runs"]) for res, _ in e.replay(eps)]
         fresh = [(res[0].content["mine"], res[0].content["runs"]) for res, _ in e.replay(eps, fresh=True)]
-    assert fresh == [(1, 1)] * 3
+        e.reset()
+        restarted = []  # Environment.restart (the scenario stage's walks) checks the module alike
+        for _ in range(3):
+            restarted.append(e.call("get_user", {"user_id": "u1"}).content["mine"])
+            e.restart()
+    assert fresh == [(1, 1)] * 3 and restarted == [1, 1, 1]
     runs = [1, 1, 1] if change == "nothing" else [1, 2, 3] if change != "a list it holds" else [2, 3, 4]
     assert shared == [(1, r) for r in runs]
 
