@@ -636,7 +636,7 @@ class Worker:
                 if ran:
                     # tools.py runs again only when its module changed (module_unchanged: as it
                     # was after it ran, which is what running it again would give); running it
-                    # was a third of this child's work
+                    # before every episode was about a sixth of this child's work
                     self._tools_afresh(not self._tools_as_run())
                 mark = len(parts)
                 results, dirty, ran = [], False, bool(calls)
