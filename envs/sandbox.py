@@ -335,7 +335,6 @@ class WorkerProcess:
         self.spin_ns = (default_spin_us() if spin_us is None else spin_us) * 1000
         self._spin_given = spin_us is not None
         self.cpu = cpu
-        self.follow = cpu == "caller"
         self._home: int | None = cpu if isinstance(cpu, int) else None  # the worker's CPU (cpu="caller": once known)
         self.proc: subprocess.Popen | None = None
         self.isolation: dict[str, bool] = {}
@@ -690,21 +689,29 @@ class WorkerProcess:
         """One round trip with the current child. Raises RequestTooLarge (nothing sent), TypeError/
         ValueError for unencodable requests, or WorkerCrashed after replacing a child that hung,
         crashed, forged a frame or broke a cap."""
-        if self.cpu is None or self.spin_ns:
+        held = self._hold_at_home()
+        try:
             return self.finish(self.send(obj, payload, timeout))
+        finally:
+            if held is not None:
+                os.sched_setaffinity(0, held)
+
+    def _hold_at_home(self) -> set[int] | None:
+        """Without busy-waiting, a worker kept on one CPU (`cpu`, the Transport note): when this
+        thread is on another CPU, hold it on the worker's for the round trip (it stays there after)
+        and return the thread's own CPUs to give back; None when nothing changed."""
+        if self.cpu is None or self.spin_ns:
+            return None
         here = _sched_getcpu()
         if self._home is None:
             self._home = here
         if here == self._home:  # the usual case: the worker is woken here and takes over at once
-            return self.finish(self.send(obj, payload, timeout))
+            return None
         mask = os.sched_getaffinity(0)
         if self._home not in mask:  # this thread may not run there: a plain round trip
-            return self.finish(self.send(obj, payload, timeout))
-        os.sched_setaffinity(0, (self._home,))  # go to the worker once; the thread stays there after
-        try:
-            return self.finish(self.send(obj, payload, timeout))
-        finally:
-            os.sched_setaffinity(0, mask)
+            return None
+        os.sched_setaffinity(0, (self._home,))
+        return mask
 
     def send(self, obj: dict[str, Any], payload: bytes = b"", timeout: float | None = None) -> Pending:
         """request()'s first half: send, and return what finish() needs to read the reply. Between
@@ -743,7 +750,7 @@ class WorkerProcess:
         if self.proc.poll() is not None:  # the sandbox is gone: a child it left may still answer for a moment
             raise WorkerCrashed("exited")
         op = obj.get("op", "")
-        if self.follow:
+        if self.cpu == "caller":
             obj = {**obj, "cpu": _sched_getcpu() if self._home is None else self._home}
         body = encode_request(obj)
         max_body, max_payload, max_reply_payload = self._caps(op, bool(obj.get("image")))

@@ -637,7 +637,7 @@ class Worker:
                     # tools.py runs again only when its module changed (module_unchanged: as it
                     # was after it ran, which is what running it again would give); running it
                     # before every episode was about a sixth of this child's work
-                    self._tools_afresh(not self._tools_as_run())
+                    self._tools_afresh()
                 mark = len(parts)
                 results, dirty, ran = [], False, bool(calls)
                 for name, args, kind in calls:
@@ -764,7 +764,7 @@ class Worker:
         crash and gets a fresh child, which holds the seed too)."""
         try:
             self._new_connection()
-            self._tools_afresh(not self._tools_as_run())
+            self._tools_afresh()
         except BaseException:  # noqa: BLE001 - half restarted: no episode may run on it
             os._exit(72)
 
@@ -782,11 +782,12 @@ class Worker:
         tools, ns, state = self.ran_tools
         return tools is self.tools and state is not None and module_unchanged(ns, state)
 
-    def _tools_afresh(self, run: bool = True) -> None:
-        """Scratch emptied and (run) tools.py run again in a new module namespace."""
+    def _tools_afresh(self) -> None:
+        """Scratch emptied, and tools.py run again in a new module namespace unless its module
+        still holds what its last run left (_tools_as_run)."""
         if self.scratch is not None:
             wipe(self.scratch)
-        if run:
+        if not self._tools_as_run():
             self.tools = {}
             self.load_tools()
 
