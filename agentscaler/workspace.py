@@ -20,22 +20,55 @@ import orjson
 
 def atomic_write_bytes(path: Path, data: bytes | Iterable[bytes | memoryview]) -> Path:
     """data: the bytes, or chunks written one after another (no joined copy of a large file)."""
+    return atomic_write_start(path, data).finish()
+
+
+class StagedWrite:
+    """atomic_write_bytes in two steps: the bytes are in a temporary file beside `path`
+    (atomic_write_start); finish() makes them durable (fsync, the part that waits on the disk)
+    and puts the file in place. A caller can do other work between, or finish in another thread:
+    the fsync of a large file needs no interpreter lock, where its write, while another thread
+    computes, would wait for the lock after each of its system calls."""
+
+    def __init__(self, path: Path, fd: int, tmp: str):
+        self.path, self.fd, self.tmp = path, fd, tmp
+
+    def finish(self) -> Path:
+        try:
+            os.fsync(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            self.abandon()
+            raise
+        return self.path
+
+    def abandon(self) -> None:
+        """Drop the temporary file (the destination is left as it was)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        Path(self.tmp).unlink(missing_ok=True)
+
+
+def atomic_write_start(path: Path, data: bytes | Iterable[bytes | memoryview]) -> StagedWrite:
+    """atomic_write_bytes' first step (see StagedWrite): the data written to a temporary file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    staged = StagedWrite(path, fd, tmp)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            if isinstance(data, (bytes, bytearray, memoryview)):
-                fh.write(data)
-            else:
-                write_chunks(fh.fileno(), data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        else:
+            write_chunks(fd, data)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        staged.abandon()
         raise
-    return path
+    return staged
 
 
 IOV_MAX = 1024  # chunks per writev (Linux's limit)

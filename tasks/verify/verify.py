@@ -59,7 +59,8 @@ from agentscaler.artifacts import TRAJECTORIES, domain_scenarios, read_trajector
 from agentscaler.hashing import call_key, canonical_json
 from agentscaler.models import Scenario, Trajectory, Verdict
 from agentscaler.schemas import check, value_problem
-from agentscaler.workspace import Workspace, atomic_write_bytes, atomic_write_json, jsonl_line
+from agentscaler.workspace import (StagedWrite, Workspace, atomic_write_bytes, atomic_write_json, atomic_write_start,
+                                  jsonl_line)
 from envs.episode import Checked
 from envs.fastcheck import flat_checker
 from envs.spec import DomainSpec
@@ -476,18 +477,22 @@ def _verify_run(ws: Workspace, run_id: str | None, max_repeats: int, embed: bool
         counts.update(part.counts)
         failed.update(part.failed_domains)
     results = sorted((x for part in parts for x in part.results), key=lambda x: x[0])
-    # The trajectories' rewrite (a few writev calls and an fsync, mostly outside the GIL) goes out
-    # while the report is made and verified.jsonl written.
-    rewrite = ThreadPoolExecutor(1, thread_name_prefix="verify-embed") if embed and not _run_locked(run_dir) else None
+    # The trajectories' rewrite is written here, then made durable and put in place by another
+    # thread while the report is made and verified.jsonl written: its fsync waits on the disk and
+    # needs no interpreter lock. (Written by that thread too, each of its writev calls waited for
+    # the lock while this one computed: 50-90 ms instead of 10 for a 35 MB file.)
+    staged = _embed(path, [(ln, parts[p].out[j]) for ln, p, j in order]) \
+        if embed and not _run_locked(run_dir) else None
+    finishing = ThreadPoolExecutor(1, thread_name_prefix="verify-embed") if staged is not None else None
     try:
-        embedding = rewrite.submit(_embed, path, [(ln, parts[p].out[j]) for ln, p, j in order]) if rewrite else None
+        done = finishing.submit(staged.finish) if finishing is not None else None  # type: ignore[union-attr]
         report = summarize([parts[p].judged[j] for _, p, j in order], [r for _, r in results], counts,
                            dict(sorted(failed.items())), max(part.seconds["replay"] for part in parts))
         atomic_write_bytes(run_dir / "verified.jsonl", [parts[p].rows[j] for _, p, j in order])
-        embedded = embedding.result() if embedding is not None else False
+        embedded = done is not None and done.result() is not None
     finally:
-        if rewrite is not None:
-            rewrite.shutdown()
+        if finishing is not None:
+            finishing.shutdown()
     unreadable = [text for _, text in sorted(x for part in parts for x in part.unreadable)]
     report.update(run_id=run_id, unreadable=len(unreadable), unreadable_examples=unreadable[:20],
                   embedded_in_trajectories=embedded,
@@ -502,18 +507,16 @@ def _verify_run(ws: Workspace, run_id: str | None, max_repeats: int, embed: bool
 VERDICT_KEY = b',"verdict":'
 
 
-def _embed(path: Path, outs: list[tuple[int, bytes | tuple[int, int, bytes]]]) -> bool:
-    """Rewrite the trajectories file at `path` with the verdicts embedded (_embedded); False when its
-    lines changed since they were read (verified.jsonl has the verdicts)."""
+def _embed(path: Path, outs: list[tuple[int, bytes | tuple[int, int, bytes]]]) -> StagedWrite | None:
+    """The trajectories file at `path` rewritten with the verdicts embedded (_embedded), in a
+    temporary file that finish() puts in its place; None when its lines changed since they were
+    read (verified.jsonl has the verdicts)."""
     # mapped, not read: the lines go from the page cache to the new file without a copy here. Not
     # closed by hand: the mapping goes with its last slice (a failed write's traceback holds some)
     with open(path, "rb") as fh:
         data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
     chunks = _embedded(data, outs)
-    if chunks is None:
-        return False
-    atomic_write_bytes(path, chunks)
-    return True
+    return None if chunks is None else atomic_write_start(path, chunks)
 
 
 def _embedded(data: bytes | mmap.mmap, outs: list[tuple[int, bytes | tuple[int, int, bytes]]]) -> list[Any] | None:

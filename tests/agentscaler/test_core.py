@@ -54,6 +54,29 @@ def test_chunks_are_written_whole_in_order_also_after_a_short_write(tmp_path: Pa
     assert (tmp_path / "short").read_bytes() == want and len(calls) > 4
 
 
+def test_a_staged_write_is_in_place_only_when_finished(tmp_path: Path, monkeypatch):
+    """atomic_write_start writes a temporary file beside the destination; finish() puts it in
+    place (what atomic_write_bytes does in one step); abandon(), or an fsync that fails, leaves the
+    destination as it was and no temporary file."""
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(b"old\n")
+    staged = workspace.atomic_write_start(p, [b"new", memoryview(b" lines\n")])
+    assert p.read_bytes() == b"old\n" and len(list(tmp_path.iterdir())) == 2
+    assert staged.finish() == p and p.read_bytes() == b"new lines\n"
+    assert [f.name for f in tmp_path.iterdir()] == ["t.jsonl"]
+    workspace.atomic_write_start(p, b"dropped").abandon()
+    assert p.read_bytes() == b"new lines\n" and [f.name for f in tmp_path.iterdir()] == ["t.jsonl"]
+
+    def failing(fd):
+        raise OSError(5, "Input/output error")
+
+    staged = workspace.atomic_write_start(p, b"never")
+    monkeypatch.setattr(workspace.os, "fsync", failing)
+    with pytest.raises(OSError, match="Input/output"):
+        staged.finish()
+    assert p.read_bytes() == b"new lines\n" and [f.name for f in tmp_path.iterdir()] == ["t.jsonl"]
+
+
 def test_json_artifacts_read_back_as_json_wrote_them():
     """orjson writes the artifacts; a reader sees what json.dumps(indent=2, sort_keys=True, default=str) gave."""
     obj = {"b": [1, 2.5, {"z": None, "a": "é"}], "a": datetime.datetime(2026, 1, 1), "p": Path("/x"),

@@ -230,24 +230,27 @@ def test_verdicts_go_back_into_the_file_as_read_or_not_at_all(run: list[Trajecto
 def test_a_rewrite_that_fails_raises_its_own_error_and_leaves_the_file(ws: Workspace, run: list[Trajectory],
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The rewrite writes slices of the mapped file: when writing fails part way (a full disk), the
-    caller gets that error (not one about closing the mapping) and the trajectories are untouched."""
+    caller gets that error (not one about closing the mapping), the trajectories are untouched and
+    no temporary file is left."""
     import errno
 
-    import tasks.verify.verify as verify_module
+    from agentscaler import workspace
 
     d = ws.rollout_dir("full-disk")
     d.mkdir(parents=True)
     text = "".join(t.model_dump_json() + "\n" for t in run[:6])
     (d / TRAJECTORIES).write_text(text)
+    writev = workspace.os.writev
 
-    def full(path, chunks):
-        next(iter(chunks))  # a first chunk taken, then the disk is full
+    def full(fd, chunks):  # a first chunk written, then the disk is full
+        writev(fd, chunks[:1])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(verify_module, "atomic_write_bytes", full)
+    monkeypatch.setattr(workspace.os, "writev", full)
     with pytest.raises(OSError, match="No space left"):
         verify_run(ws, "full-disk")
     assert (d / TRAJECTORIES).read_text() == text
+    assert sorted(f.name for f in d.iterdir()) == [TRAJECTORIES]
 
 
 def test_shards_write_what_one_process_writes(ws: Workspace, run: list[Trajectory]) -> None:
