@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -253,6 +254,68 @@ def test_the_oracle_prepares_again_for_an_image_laid_out_otherwise():
         assert oracle.hash(honest) == plan.state_hash(conn)
         assert oracle.hash(forged) == plan.state_hash(check) != oracle.hash(seed)
         assert oracle.hash(seed) == plan.state_hash(_db(POLICY + EXACT, rows))
+
+
+@pytest.mark.parametrize("pads", [0, 40])
+def test_the_oracle_reads_every_schema_change_it_does_not_query_for(pads: int):
+    """After a reload the oracle takes the seed's schema without querying when the schema table's
+    pages (page 1 below the header, and its other pages) are the seed's bytes and so are the header
+    fields it is read with. On a seed whose schema fits page 1, and on one where it spans several
+    (the spec's tables last, away from page 1), every change of the schema (a spec table dropped
+    and made again, renamed, a column added, an index, a table) is seen, also with its schema
+    cookie forged to the seed's: its schema is what SQLite reads and its hash a full recompute's.
+    Writes to rows alone keep the seed's schema, unqueried."""
+    from envs.state import StateOracle
+
+    def seed_db() -> sqlite3.Connection:
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        register_functions(conn)
+        for i in range(pads):  # a schema table of several pages: page 1 an interior page
+            conn.execute(f"CREATE TABLE pad{i} ({', '.join(f'column_with_a_long_name_{j}' for j in range(12))})")
+        rows = {"users": [(f"u{i}", f"u{i}@x", 1.0, "t") for i in range(5)], "items": [(1, "a", 1, 1.0, None)]}
+        for t in POLICY + EXACT:
+            cols = ", ".join(f'"{c.name}"' for c in t.columns)
+            conn.execute(f'CREATE TABLE "{t.name}" ({cols}, PRIMARY KEY ({", ".join(t.primary_key)}))')
+            for r in rows.get(t.name, []):
+                conn.execute(f'INSERT INTO "{t.name}" VALUES ({", ".join("?" for _ in t.columns)})', r)
+        return conn
+
+    seed = bytes(seed_db().serialize())
+    plan = StatePlan(POLICY + EXACT)
+    oracle = StateOracle(POLICY + EXACT, seed)
+    assert oracle.schema_pages is not None and 1 not in oracle.schema_pages and bool(oracle.schema_pages) == bool(pads)
+    changes = [
+        ["UPDATE items SET qty = 5"],  # rows only: the seed's schema, not queried
+        ["ALTER TABLE items RENAME TO items_old", "CREATE TABLE items (id, label, qty, price, meta, PRIMARY KEY (id))",
+         "INSERT INTO items VALUES (1, 'b', 2, 3.0, NULL)"],
+        ["DROP TABLE items", "CREATE TABLE items (id, label, qty, price, meta, PRIMARY KEY (id))",
+         "INSERT INTO items VALUES (2, 'c', 3, 4.0, NULL)"],
+        ["ALTER TABLE users ADD COLUMN extra"],
+        ["CREATE INDEX items_label ON items (label)", "UPDATE items SET label = 'z'"],
+        ["CREATE TABLE zz (x)"],
+    ] + ([["DROP TABLE pad3"]] if pads else [])
+    real_schema, queried = oracle.db.schema, []
+
+    def counted() -> dict:
+        queried.append(True)
+        return real_schema()
+
+    oracle.db.schema = counted
+    for sql in changes:
+        conn = seed_db()
+        for q in sql:
+            conn.execute(q)
+        honest = bytes(conn.serialize())
+        forged = honest[:40] + seed[40:44] + honest[44:]  # the seed's schema cookie
+        for image in (honest, forged):
+            loaded = sqlite3.connect(":memory:", isolation_level=None)
+            register_functions(loaded)
+            loaded.deserialize(image)
+            queried.clear()
+            assert oracle.hash(image) == plan.state_hash(loaded)
+            assert oracle.schema == real_schema()  # what SQLite reads from the loaded image
+            assert bool(queried) == (sql != changes[0]), sql
+            assert oracle.hash(seed) == plan.state_hash(seed_db())
 
 
 def test_a_stored_oracle_is_taken_only_for_its_own_seed_and_tables():
