@@ -148,22 +148,31 @@ def _tools_span(line: bytes) -> tuple[int, int] | None:
     return None if j < 0 else (i, j + 1)
 
 
-def _spliced(line: bytes, known: dict[bytes, list[dict[str, Any]]]) -> tuple[dict[str, Any], list] | None:
+# A tools list read before is found by its first bytes (no hash of the whole list per line: a
+# list is 70% of a line), then compared in place.
+TOOLS_PREFIX = 64
+KnownTools = dict[bytes, list[tuple[bytes, list[dict[str, Any]]]]]  # first bytes -> [(the list's bytes, the list)]
+
+
+def _spliced(line: bytes, known: KnownTools) -> tuple[dict[str, Any], list] | None:
     """(the line's object without "tools", its tools list) without parsing the tools' bytes, when
     they equal a list read before; else None (parse the whole line). Sound for any line: the
     members before the cut parse as an object of their own (so the cut is at the top level, not
     inside a string or a nested value), the members after it too, and neither names "tools" or a
     key of the other, so the whole line is exactly that object with the known list as "tools"."""
-    span = _tools_span(line)
-    if span is None:
+    i = line.find(TOOLS_KEY)
+    if i < 0:
         return None
-    i, j = span
-    tools = known.get(line[i + len(TOOLS_KEY):j])
-    if tools is None:
+    start = i + len(TOOLS_KEY)
+    for raw, tools in known.get(line[start:start + TOOLS_PREFIX], ()):
+        end = start + len(raw)  # just after the list's "]", where _tools_span would have cut
+        if line.startswith(raw, start) and line.startswith(TOOLS_END[1:], end):
+            break
+    else:
         return None
     try:
         head = orjson.loads(line[:i] + b"}")
-        tail = orjson.loads(b"{" + line[j + 1:])
+        tail = orjson.loads(b"{" + line[end + 1:])
     except orjson.JSONDecodeError:
         return None
     if not isinstance(head, dict) or not head or not isinstance(tail, dict) \
@@ -188,12 +197,14 @@ def read_trajectory_rows(path: Path, share_tools: bool = False, take: Callable[[
     domain carries the same list: 70% of a line's bytes) gets that list object, shared and not
     parsed again: for readers that never change `.tools` (the verifier). Same trajectories.
     take: only the lines it accepts are read (a verifier process's share of a run)."""
-    known: dict[bytes, list[dict[str, Any]]] = {}
+    known: KnownTools = {}
+    n_known = 0
+    at = f"{path}:"
     with open(path, "rb") as fh:
         for lineno, line in enumerate(fh, 1):
-            if not line.strip() or (take is not None and not take(line)):
+            if line.isspace() or (take is not None and not take(line)):  # (isspace: no stripped copy)
                 continue
-            where = f"{path}:{lineno}"
+            where = at + str(lineno)
             try:
                 cut = _spliced(line, known) if share_tools and known else None
                 if cut is not None:
@@ -207,10 +218,12 @@ def read_trajectory_rows(path: Path, share_tools: bool = False, take: Callable[[
                     yield where, Trajectory.model_validate_json(line), None, "", None
                 else:
                     traj = Trajectory.model_validate(raw)
-                    if share_tools and len(known) < MAX_SHARED_TOOLS and (span := _tools_span(line)):
+                    if share_tools and n_known < MAX_SHARED_TOOLS and (span := _tools_span(line)):
                         tb = line[span[0] + len(TOOLS_KEY):span[1]]
-                        if tb not in known and (tools := _tools_list(tb)) is not None:
-                            known[tb] = tools
+                        same = known.setdefault(tb[:TOOLS_PREFIX], [])
+                        if all(raw != tb for raw, _ in same) and (tools := _tools_list(tb)) is not None:
+                            same.append((tb, tools))
+                            n_known += 1
                     yield where, traj, None, "", line
             except ValidationError as exc:
                 try:

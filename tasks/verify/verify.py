@@ -143,9 +143,12 @@ def _args(raw: Any) -> dict[str, Any] | None:
         return {}
     if isinstance(raw, str):
         try:
-            v = json.loads(raw)
-        except ValueError:
-            return None
+            v = orjson.loads(raw)  # what orjson refuses (NaN, integers over 64 bits) goes to json, which decides
+        except orjson.JSONDecodeError:
+            try:
+                v = json.loads(raw)
+            except ValueError:
+                return None
         return v if isinstance(v, dict) else None
     return None
 
@@ -562,12 +565,14 @@ def _verdict_out(traj: Trajectory, line: bytes | None, verdict: Any = ...) -> by
     if verdict is ...:
         verdict = traj.verdict.model_dump() if traj.verdict else None
     if line is not None:
-        body = line.rstrip()
+        end = len(line)
+        while end and line[end - 1] in b" \t\n\r\x0b\x0c":  # line.rstrip(), without a copy of the line
+            end -= 1
         try:
-            at = body.rfind(VERDICT_KEY)
-            if at >= 0 and body.endswith(b"}") and body.count(b'"verdict"') == 1:
+            at = line.rfind(VERDICT_KEY, 0, end)
+            if at >= 0 and line.endswith(b"}", 0, end) and line.count(b'"verdict"', 0, end) == 1:
                 try:
-                    orjson.loads(body[at + len(VERDICT_KEY):-1])
+                    orjson.loads(line[at + len(VERDICT_KEY):end - 1])
                 except orjson.JSONDecodeError:
                     pass
                 else:

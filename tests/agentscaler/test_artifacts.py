@@ -18,6 +18,9 @@ TOOLS = [{"type": "function", "function": {"name": "get_user", "parameters": {
     {"type": "function", "function": {"name": "set_x", "parameters": {"type": "object"}}}]
 
 
+OTHER = TOOLS[:1] + [{"type": "function", "function": {"name": "set_y", "parameters": {"type": "object"}}}]
+
+
 def _line(k: int, tools: list | None = None, domain: str = "d1") -> str:
     return Trajectory(id=f"t{k}", run_id="r", scenario_id=f"s{k}", domain=domain, trial=k,
                       messages=[{"role": "user", "content": f"hi {k}"}], tools=TOOLS if tools is None else tools,
@@ -48,17 +51,23 @@ def test_shared_tools_read_as_a_full_parse_reads(tmp_path: Path) -> None:
         '{"tools":' + tb + ',' + first[1:cut] + first[cut + 9 + len(tb):],  # the tools are the first member
         first[:first.index(',"final_hash":')] + "}",  # the tools are the last member
         first.replace('"role":"user"', '"role":"user","x":123456789012345678901234567890'),  # orjson refuses it
+        _line(12, tools=OTHER),  # another list with the same first bytes: its own
+        _line(13, tools=OTHER),
+        _line(14, tools=TOOLS + [{"type": "function", "function": {"name": "more"}}]),  # TOOLS' bytes then more
+        _line(15),
+        first.replace('],"final_hash":', ']x"final_hash":'),  # a known list, then no comma: not JSON
     ]
     path = tmp_path / "trajectories.jsonl"
     path.write_text("\n".join(lines) + "\n")
     full, shared = _read(path, False), _read(path, True)
     assert shared == full
     assert [r[0] for r in full] == [None, None, None, None, None, None, None, "malformed_json", "malformed_json",
-                                    None, None, None]
+                                    None, None, None, None, None, None, None, "malformed_json"]
     assert full[5][2]["tools"] == [] and full[6][2]["id"] == "again" and full[4][2]["final_hash"] == "outer"
     trajs = [t for _, t, *_ in read_trajectory_rows(path, share_tools=True)]
-    assert trajs[1].tools is trajs[3].tools  # parsed once, shared
-    assert trajs[0].tools == TOOLS and trajs[2].tools == []
+    assert trajs[1].tools is trajs[3].tools is trajs[-2].tools  # parsed once, shared
+    assert trajs[0].tools == TOOLS and trajs[2].tools == [] and trajs[-4].tools is not trajs[1].tools
+    assert trajs[-4].tools == OTHER and len(trajs[-3].tools) == 3
     plain = [t for _, t, *_ in read_trajectory_rows(path)]
     assert plain[1].tools is not plain[3].tools  # by default every trajectory has its own
 

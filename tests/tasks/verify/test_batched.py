@@ -181,8 +181,8 @@ def test_a_verdict_put_into_the_line_gives_the_object_a_full_rewrite_gives(run: 
     first = json.dumps({"verdict": {"passed": True}, **{k: v for k, v in obj.items() if k != "verdict"}},
                        separators=(",", ":")).encode()  # the verdict not the last member
     spaced = plain[:-1] + b' , "verdict" : {"passed": true}  }'  # a second verdict member, spaced
-    lines = (plain, plain + b"\n", *(x.model_dump_json().encode() for x in (quoted, nested, judged, failed)),
-             first, spaced)
+    lines = (plain, plain + b"\n", plain + b" \t\r\n",
+             *(x.model_dump_json().encode() for x in (quoted, nested, judged, failed)), first, spaced)
     for line in lines:
         for v in (Verdict(passed=True), Verdict(passed=False, reasons=["state_mismatch"], attribution="agent",
                                                 diff=[{"table": "t", "key": "k", "expected": 1, "actual": 2}])):
