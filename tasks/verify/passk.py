@@ -20,11 +20,11 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     return comb(c, k) / comb(n, k)
 
 
-def _mean_passk(counts: dict[str, tuple[int, int]], max_k: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"scenarios": len(counts), "trials": sum(n for n, _ in counts.values()),
-                           "successes": sum(c for _, c in counts.values()), "pass^k": {}}
+def _mean_passk(counts: list[tuple[int, int]], max_k: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"scenarios": len(counts), "trials": sum(n for n, _ in counts),
+                           "successes": sum(c for _, c in counts), "pass^k": {}}
     for k in range(1, max_k + 1):
-        vals = [pass_hat_k(n, c, k) for n, c in counts.values() if n >= k]
+        vals = [comb(c, k) / comb(n, k) for n, c in counts if n >= k]  # pass_hat_k (here 0 <= c <= n)
         if vals:
             out["pass^k"][str(k)] = round(sum(vals) / len(vals), 6)
     return out
@@ -52,19 +52,31 @@ def passk_report(results: list[dict[str, Any]], max_k: int | None = None, agent_
 
     Returns {"overall", "domains": {domain: ...}, "by_gold_calls": {n: {"trials", "accuracy"}},
     "excluded"}; each pass^k block maps str(k) to the mean over scenarios with >= k trials."""
-    counts = scenario_counts(results, agent_only)
+    # one pass over the rows (a verification summarizes thousands twice): scenario_counts,
+    # by_gold_calls and the excluded count together
+    per: dict[str, dict[str, list[int]]] = defaultdict(dict)  # domain -> scenario -> [trials, successes]
+    cells: list[list[int]] = []  # every scenario's, in the order first seen (the means sum in that order)
     by_calls: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    excluded = 0
     for r in results:
-        if counted(r, agent_only):
-            bc = by_calls[int(r.get("n_gold_calls", 0))]
-            bc[0] += 1
-            bc[1] += int(bool(r["passed"]))
-    excluded = sum(not counted(r, agent_only) for r in results)
-    top_k = max_k or max((n for n, _ in counts.values()), default=1)
-    domains: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)
-    for key, nc in counts.items():  # domain ids are folder names: no "/"
-        domains[key.split("/", 1)[0]][key] = nc
-    return {"overall": _mean_passk(counts, top_k),
+        passed = bool(r["passed"])
+        if agent_only and not passed and r.get("attribution") in ("user", "environment"):  # not counted()
+            excluded += 1
+            continue
+        scenarios = per[r["domain"]]
+        cell = scenarios.get(r["scenario_id"])
+        if cell is None:
+            cell = scenarios[r["scenario_id"]] = [0, 0]
+            cells.append(cell)
+        cell[0] += 1
+        cell[1] += passed
+        bc = by_calls[int(r.get("n_gold_calls", 0))]
+        bc[0] += 1
+        bc[1] += passed
+    domains = {d: [(n, c) for n, c in v.values()] for d, v in per.items()}
+    overall = [(n, c) for n, c in cells]
+    top_k = max_k or max((n for n, _ in overall), default=1)
+    return {"overall": _mean_passk(overall, top_k),
             "domains": {d: _mean_passk(v, top_k) for d, v in sorted(domains.items())},
             "by_gold_calls": {str(n): {"trials": t, "accuracy": round(c / t, 6)} for n, (t, c) in sorted(by_calls.items())},
             "excluded": excluded, "agent_only": agent_only}

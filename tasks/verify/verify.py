@@ -704,19 +704,22 @@ def summarize(judged: list[tuple[list[str], str, bool, str]], results: list[dict
     attribution: Counter = Counter()
     funnel = Counter()
     missing = 0
-    for why, blame, _, _ in judged:
-        missing += "unknown_scenario" in why
-        reasons.update(why)
-        attribution[blame] += 1
+    # counted per distinct (reasons, attribution): thousands of trajectories share a few
+    for (why, blame), k in Counter((tuple(j[0]), j[1]) for j in judged).items():
+        missing += k * ("unknown_scenario" in why)
+        for r in why:
+            reasons[r] += k
+        attribution[blame] += k
         failed_so_far = set(why)
         for stage, codes in FUNNEL:
             if failed_so_far & codes:
                 break
-            funnel[stage] += 1
+            funnel[stage] += k
     n = len(judged)
     passed = sum(r["passed"] for r in results)
-    by_origin = {o: {"trajectories": sum(j[3] == o for j in judged), "passed": sum(j[3] == o and j[2] for j in judged)}
-                 for o in sorted({j[3] for j in judged})}  # agent experience vs gold replays, never mixed
+    origins = Counter((j[3], bool(j[2])) for j in judged)
+    by_origin = {o: {"trajectories": origins[o, True] + origins[o, False], "passed": origins[o, True]}
+                 for o in sorted({o for o, _ in origins})}  # agent experience vs gold replays, never mixed
     return {"trajectories": n, "passed": passed, "failed": n - passed, "by_origin": by_origin,
             "pass_rate": round(passed / n, 6) if n else None,
             "reasons": {r: reasons.get(r, 0) for r in REASONS} | ({"unknown_scenario": missing} if missing else {}),
