@@ -487,8 +487,10 @@ def _verify_run(ws: Workspace, run_id: str | None, max_repeats: int, embed: bool
     staged = _embed(path, [(ln, parts[p].out[j]) for ln, p, j in order]) \
         if embed and not _run_locked(run_dir) else None
     finishing = ThreadPoolExecutor(1, thread_name_prefix="verify-embed") if staged is not None else None
+    done = None
     try:
-        done = finishing.submit(staged.finish) if finishing is not None else None  # type: ignore[union-attr]
+        if staged is not None and finishing is not None:
+            done = finishing.submit(staged.finish)
         report = summarize([parts[p].judged[j] for _, p, j in order], [r for _, r in results], counts,
                            dict(sorted(failed.items())), max(part.seconds["replay"] for part in parts))
         atomic_write_bytes(run_dir / "verified.jsonl", [parts[p].rows[j] for _, p, j in order])
@@ -496,6 +498,8 @@ def _verify_run(ws: Workspace, run_id: str | None, max_repeats: int, embed: bool
     finally:
         if finishing is not None:
             finishing.shutdown()
+        if staged is not None and done is None:  # it never went to the finishing thread
+            staged.abandon()
     unreadable = [text for _, text in sorted(x for part in parts for x in part.unreadable)]
     report.update(run_id=run_id, unreadable=len(unreadable), unreadable_examples=unreadable[:20],
                   embedded_in_trajectories=embedded,
