@@ -395,6 +395,26 @@ def wipe(root: str) -> None:
             pass
 
 
+def empty_size(folder: str) -> int | None:
+    """The size `folder` (empty now) reports, when its size tells whether it is empty: a file and
+    a folder made in it each change the size, and removing them restores it (tmpfs counts a
+    folder's entries in its size; ext4 keeps a block's size whatever it holds). Else None."""
+    probe = os.path.join(folder, ".empty-size-probe")
+    try:
+        empty = os.stat(folder).st_size
+        sizes = []
+        for make, remove in ((lambda: open(probe, "xb").close(), os.unlink), (lambda: os.mkdir(probe), os.rmdir)):
+            make()
+            try:
+                sizes.append(os.stat(folder).st_size)
+            finally:
+                remove(probe)
+            sizes.append(os.stat(folder).st_size)
+    except OSError:
+        return None
+    return empty if sizes[0] != empty and sizes[2] != empty and sizes[1] == sizes[3] == empty else None
+
+
 # Serving ----------------------------------------------------------------------------------------
 class _SoftTimeout(BaseException):
     """Raised by SIGALRM inside tool code (BaseException: `except Exception` cannot swallow it)."""
@@ -417,6 +437,10 @@ class Worker:
         if scratch is not None and os.listdir(scratch):
             # it is emptied when a tool leaves too many files: never a shared folder such as /tmp
             raise ValueError(f"scratch {scratch} must be an empty folder of this worker's own; it holds files")
+        # the size the empty scratch folder reports, where its size counts its entries (tmpfs): one
+        # stat then tells that an episode left it empty, where emptying it took five system calls
+        # and a walk (a tenth of the replay child's work); None: every episode empties it
+        self.empty_scratch_size = empty_size(scratch) if scratch is not None else None
         with open(os.path.join(domain, "spec.json"), encoding="utf-8") as fh:
             raw = json.load(fh)
         self.spec = LightSpec(raw)
@@ -670,6 +694,15 @@ class Worker:
             return f"tool {name} returned a value nested deeper than {MAX_NESTING} levels", b""
         return None, text
 
+    def _scratch_empty(self) -> bool:
+        """Does scratch hold nothing? By its size, where that counts its entries (empty_size)."""
+        if self.empty_scratch_size is None:
+            return False
+        try:
+            return os.stat(self.scratch).st_size == self.empty_scratch_size  # type: ignore[arg-type]
+        except OSError:
+            return False
+
     def _police_scratch(self, name: str) -> str | None:
         """tmpfs caps scratch bytes but not files (inodes are kernel memory): too many, and the
         call fails and scratch is emptied."""
@@ -785,7 +818,7 @@ class Worker:
     def _tools_afresh(self) -> None:
         """Scratch emptied, and tools.py run again in a new module namespace unless its module
         still holds what its last run left (_tools_as_run)."""
-        if self.scratch is not None:
+        if self.scratch is not None and not self._scratch_empty():
             wipe(self.scratch)
         if not self._tools_as_run():
             self.tools = {}

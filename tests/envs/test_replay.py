@@ -67,6 +67,38 @@ def test_a_child_that_dies_mid_trip_is_replaced_and_the_trip_redone_one_episode_
         assert e.restarts >= 1
 
 
+@pytest.mark.skipif(UNSAFE, reason="scratch is a tmpfs of bubblewrap's")
+def test_each_replayed_episode_starts_with_an_empty_scratch(tmp_path):
+    """Episodes of one round trip share a child: scratch is emptied between them, checked with one
+    stat of its size (a tmpfs folder's size counts its entries); what an episode leaves (a file, a
+    folder tree, a file in a folder it then empties) is gone for the next, also in a fresh child."""
+    dest = build_shop(tmp_path / "shop")
+    (dest / "tools.py").write_text((dest / "tools.py").read_text() + """
+
+import os
+_get_user = get_user
+
+
+def get_user(db, user_id):
+    seen = sorted(os.listdir('/scratch'))
+    if user_id == 'u1':
+        open('/scratch/left.txt', 'w').write('x')
+    elif user_id == 'u2':
+        os.makedirs('/scratch/a/b/c')
+        open('/scratch/a/b/c/f', 'w').write('y')
+    elif user_id == 'u3':
+        os.mkdir('/scratch/d')
+        open('/scratch/d/f', 'w').write('z')
+        os.unlink('/scratch/d/f')
+    return {**_get_user(db, user_id), 'seen': seen}
+""")
+    eps = [[("get_user", {"user_id": u}), ("get_user", {"user_id": "u1"})] for u in ("u1", "u2", "u3", "u1")]
+    with Environment.open(dest, unsafe=UNSAFE) as e:
+        for fresh in (False, True):
+            got = [[r.content["seen"] if r.ok else r.error for r in res] for res, _ in e.replay(eps, fresh=fresh)]
+            assert got == [[[], ["left.txt"]], [[], ["a"]], [[], ["d"]], [[], ["left.txt"]]], got
+
+
 def test_module_globals_start_afresh_in_each_episode_patched_modules_do_not(tmp_path):
     """The trade Environment.replay makes by default: tools.py runs afresh for each episode, but a
     change tool code makes outside its module reaches later episodes of a shared child (so

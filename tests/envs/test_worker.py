@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from envs.sandbox import _library_names, _pyseccomp_path, worker_lib
 
 HEAVY = ("hashlib", "shutil", "subprocess", "tempfile", "pathlib", "envs.state", "envs.store")
@@ -67,3 +69,25 @@ def test_module_state_sees_what_can_change_or_refuses():
                 "def f(db, *, x=[]):\n    return x", "def g():\n    n = 0\n    def f(db):\n        return n\n    return f\nf = g()",
                 "S = frozenset([1]) | {2}\nX = object()", "class S(str):\n    pass\nV = S('a')"):
         assert module_state(run(src)) is None, src
+
+
+def test_empty_size_only_where_a_folder_size_counts_its_entries(tmp_path):
+    """empty_size: on tmpfs (a folder's size counts its entries) the size an empty folder reports,
+    the probe it made gone; on a file system whose folders keep their size (ext4's block), None:
+    there every episode empties scratch by walking it."""
+    import os
+    import tempfile
+
+    from envs.worker import empty_size
+
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no tmpfs at /dev/shm")
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as shm:
+        size = empty_size(shm)
+        assert size is not None and size == os.stat(shm).st_size and os.listdir(shm) == []
+        open(os.path.join(shm, "f"), "w").close()
+        assert os.stat(shm).st_size != size
+    blocky = tmp_path / "blocky"
+    blocky.mkdir()
+    if os.statvfs(tmp_path).f_bsize and os.stat(blocky).st_size >= 4096:  # ext4 and the like
+        assert empty_size(str(blocky)) is None and os.listdir(blocky) == []
