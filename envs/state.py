@@ -383,7 +383,9 @@ class StateOracle:
         self.seed_layout = _layout(seed)
         self.prepared_on_seed = True  # the connection's prepared statements were prepared on the seed's schema
         self.pages = known[1] if known is not None else self._pages(self.names)  # the seed's pages of each table
-        self.schema_pages = self._schema_pages()
+        # the seed's pages of its schema table but page 1 (see _schema_is_seeds): as stored, else read
+        # from dbstat when first needed (that query costs about a third of opening an oracle)
+        self._schema: set[int] | None | bool = self._stored_schema_pages(stored) if self.from_store else False
 
     def _known(self, stored: Any) -> tuple[dict[str, str], dict[str, set[int]] | None] | None:
         """(seed digests, seed pages) from stored(), or None when it is not for this seed and these
@@ -406,7 +408,18 @@ class StateOracle:
         later need not digest the seed and read its pages again: its key (oracle_key) makes one
         made for another seed, other tables or another hash version count as absent."""
         pages = None if self.pages is None else {n: sorted(p) for n, p in self.pages.items()}
-        return {"key": self.key, "digests": self.seed_digests, "pages": pages}
+        schema = self.schema_pages()
+        return {"key": self.key, "digests": self.seed_digests, "pages": pages,
+                "schema_pages": None if schema is None else sorted(schema)}
+
+    @staticmethod
+    def _stored_schema_pages(stored: dict[str, Any]) -> set[int] | bool:
+        """The schema pages a stored() holds; False (read them when needed) when it has none, as
+        one from before they were stored has none (None in it: the build had no dbstat)."""
+        got = stored.get("schema_pages", False)
+        if isinstance(got, list) and all(type(x) is int and x > 1 for x in got):
+            return set(got)
+        return False
 
     def _digest(self, names: Any) -> dict[str, str]:
         conn = self.db.start()
@@ -429,15 +442,17 @@ class StateOracle:
             return None
         return out
 
-    def _schema_pages(self) -> set[int] | None:
+    def schema_pages(self) -> set[int] | None:
         """The seed's pages of its schema table (sqlite_master) but page 1, from dbstat on the seed's
-        own connection (never reloaded: see _Image.reload); None without dbstat."""
-        try:
-            rows = self.seed_db.start().execute(
-                "SELECT pageno FROM dbstat WHERE name IN ('sqlite_schema', 'sqlite_master')").fetchall()
-        except sqlite3.DatabaseError:
-            return None
-        return {r[0] for r in rows} - {1} if rows else None
+        own connection (never reloaded: see _Image.reload), read once; None without dbstat."""
+        if self._schema is False:
+            try:
+                rows = self.seed_db.start().execute(
+                    "SELECT pageno FROM dbstat WHERE name IN ('sqlite_schema', 'sqlite_master')").fetchall()
+            except sqlite3.DatabaseError:
+                rows = []
+            self._schema = {r[0] for r in rows} - {1} if rows else None
+        return self._schema  # type: ignore[return-value]
 
     def _schema_is_seeds(self, image: bytes, changed: set[int] | None) -> bool:
         """Does the image hold the seed's schema, without asking SQLite? Its schema table is the
@@ -446,9 +461,11 @@ class StateOracle:
         (_layout); a page the image lacks counts as changed (changed_pages). Saves the schema
         query after each reload (a third of a load)."""
         ps = _page_size(image)
-        return changed is not None and self.schema_pages is not None and not (changed & self.schema_pages) \
-            and ps == _page_size(self.seed) and image[100:ps] == self.seed[100:ps] \
-            and _layout(image) == self.seed_layout
+        if changed is None or _layout(image) != self.seed_layout or ps != _page_size(self.seed) \
+                or image[100:ps] != self.seed[100:ps]:
+            return False
+        schema = self.schema_pages()
+        return schema is not None and not changed & schema
 
     def load(self, image: bytes) -> None:
         """Make `image` the loaded state: the seed's digests, but for the tables it changed."""
