@@ -59,10 +59,10 @@ def passk_report(results: list[dict[str, Any]], max_k: int | None = None, agent_
     by_calls: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     excluded = 0
     for r in results:
-        passed = bool(r["passed"])
-        if agent_only and not passed and r.get("attribution") in ("user", "environment"):  # not counted()
+        if not counted(r, agent_only):
             excluded += 1
             continue
+        passed = bool(r["passed"])
         scenarios = per[r["domain"]]
         cell = scenarios.get(r["scenario_id"])
         if cell is None:
