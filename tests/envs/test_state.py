@@ -283,7 +283,8 @@ def test_the_oracle_reads_every_schema_change_it_does_not_query_for(pads: int):
     seed = bytes(seed_db().serialize())
     plan = StatePlan(POLICY + EXACT)
     oracle = StateOracle(POLICY + EXACT, seed)
-    assert oracle.schema_pages() is not None and 1 not in oracle.schema_pages() and bool(oracle.schema_pages()) == bool(pads)
+    pages = oracle.schema_pages()
+    assert pages is not None and 1 not in pages and bool(pages) == bool(pads)
     stored = oracle.stored()  # a build keeps them: an oracle opened from it does not read dbstat
     assert StateOracle(POLICY + EXACT, seed, stored)._schema == oracle.schema_pages()
     assert StateOracle(POLICY + EXACT, seed, {**stored, "schema_pages": [1]})._schema is False  # read when needed
