@@ -59,12 +59,7 @@ def atomic_write_start(path: Path, data: bytes | Iterable[bytes | memoryview]) -
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     staged = StagedWrite(path, fd, tmp)
     try:
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        else:
-            write_chunks(fd, data)
+        write_chunks(fd, [data] if isinstance(data, (bytes, bytearray, memoryview)) else data)
     except BaseException:
         staged.abandon()
         raise

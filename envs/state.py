@@ -458,11 +458,12 @@ class StateOracle:
         """Does the image hold the seed's schema, without asking SQLite? Its schema table is the
         b-tree rooted at page 1: sound when page 1 below the file header and the seed's other pages
         of that tree are byte for byte the seed's, and so are the header fields SQLite reads it with
-        (_layout); a page the image lacks counts as changed (changed_pages). Saves the schema
-        query after each reload (a third of a load)."""
+        (_layout); a page the image lacks counts as changed (changed_pages, which also found the
+        two page sizes equal). Saves the schema query after each reload (a third of a load)."""
+        if changed is None or _layout(image) != self.seed_layout:
+            return False
         ps = _page_size(image)
-        if changed is None or _layout(image) != self.seed_layout or ps != _page_size(self.seed) \
-                or image[100:ps] != self.seed[100:ps]:
+        if image[100:ps] != self.seed[100:ps]:
             return False
         schema = self.schema_pages()
         return schema is not None and not changed & schema
@@ -477,10 +478,11 @@ class StateOracle:
         changed = changed_pages(self.seed, image)
         self.db.reload(image)
         self.image = image
-        self.schema = self.seed_schema if self._schema_is_seeds(image, changed) else self.db.schema()
+        as_seed = self._schema_is_seeds(image, changed)
+        self.schema = self.seed_schema if as_seed else self.db.schema()
         # The state queries stay prepared across reloads while the image is laid out as the seed
         # (the same schema rows, root pages included, and header fields); else they prepare again.
-        seed_like = self.schema == self.seed_schema and _layout(image) == self.seed_layout
+        seed_like = as_seed or (self.schema == self.seed_schema and _layout(image) == self.seed_layout)
         if not (seed_like and self.prepared_on_seed):
             self.db.expire()
         self.prepared_on_seed = seed_like

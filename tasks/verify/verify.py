@@ -143,12 +143,9 @@ def _args(raw: Any) -> dict[str, Any] | None:
         return {}
     if isinstance(raw, str):
         try:
-            v = orjson.loads(raw)  # what orjson refuses (NaN, integers over 64 bits) goes to json, which decides
-        except orjson.JSONDecodeError:
-            try:
-                v = json.loads(raw)
-            except ValueError:
-                return None
+            v = json.loads(raw)  # not orjson: it reads an integer past 64 bits as a float
+        except ValueError:
+            return None
         return v if isinstance(v, dict) else None
     return None
 

@@ -408,3 +408,14 @@ def test_verify_run_writes_files_and_embeds_verdicts(ws: Workspace, env: Environ
     embedded = [Trajectory.model_validate_json(x) for x in (run / TRAJECTORIES).read_text().splitlines()]
     assert all(t.verdict is not None for t in embedded) and len(embedded) == len(scen) + 1
     assert json.loads(Path(run / "verify.json").read_text())["run_id"] == "vr"
+
+
+def test_call_arguments_keep_integers_past_64_bits_exact() -> None:
+    """A call's arguments text is read with json, which keeps an integer past 64 bits exact (orjson
+    would read it as a float, and the call would be checked and keyed as another call)."""
+    from tasks.verify.verify import _args
+
+    big = 123456789012345678901234567890
+    got = _args('{"n": %d, "m": -9223372036854775809}' % big)
+    assert got == {"n": big, "m": -9223372036854775809} and type(got["n"]) is int and type(got["m"]) is int
+    assert _args('{"n": NaN}') is not None and _args("[1]") is None and _args("{") is None
