@@ -129,7 +129,7 @@ def read_trajectories(path: Path) -> Iterator[tuple[str, Trajectory | None, str 
 
     A line that cannot be read has trajectory None and reason "malformed_json" (not JSON, such as
     a torn last line) or "invalid_trajectory" (JSON, but not a Trajectory); `where` is file:line."""
-    for where, traj, reason, detail, _ in read_trajectory_rows(path):
+    for where, traj, reason, detail, *_ in read_trajectory_rows(path):
         yield where, traj, reason, detail
 
 
@@ -155,9 +155,10 @@ TOOLS_PREFIX = 64
 KnownTools = dict[bytes, list[tuple[bytes, list[dict[str, Any]]]]]  # first bytes -> [(the list's bytes, the list)]
 
 
-def _spliced(line: bytes, known: KnownTools) -> tuple[dict[str, Any], list] | None:
-    """(the line's object without "tools", its tools list) without parsing the tools' bytes, when
-    they equal a list read before; else None (parse the whole line). Sound for any line: the
+def _spliced(line: bytes, known: KnownTools) -> tuple[dict[str, Any], list, int] | None:
+    """(the line's object without "tools", its tools list, where the members after the list start)
+    without parsing the tools' bytes, when they equal a list read before; else None (parse the
+    whole line). Sound for any line: the
     members before the cut parse as an object of their own (so the cut is at the top level, not
     inside a string or a nested value), the members after it too, and neither names "tools" or a
     key of the other, so the whole line is exactly that object with the known list as "tools"."""
@@ -180,19 +181,22 @@ def _spliced(line: bytes, known: KnownTools) -> tuple[dict[str, Any], list] | No
             or "tools" in head or "tools" in tail or head.keys() & tail.keys():
         return None
     head.update(tail)
-    return head, tools
+    return head, tools, end
 
 
 def read_trajectory_rows(path: Path, share_tools: bool = False, take: Callable[[bytes], bool] | None = None
-                         ) -> Iterator[tuple[str, Trajectory | None, str | None, str, bytes | None]]:
+                         ) -> Iterator[tuple[str, Trajectory | None, str | None, str, bytes | None, int]]:
     """read_trajectories with each line as read (bytes, None where orjson refused it): a writer
     that changes only the verdict puts the new one into the line rather than encoding the whole
-    trajectory again (tasks.verify.verify).
+    trajectory again (tasks.verify.verify). Last, where a line's top-level members that may name
+    "verdict" start: after the tools list for a line read with a known list (the members before it
+    name none of the members after it, _spliced), else 0.
 
     Parsed with orjson, then validated (3x faster than pydantic's own JSON parser on these lines,
     most of whose bytes are the tools' schemas); a line orjson refuses (NaN, lone surrogates,
-    integers over 64 bits, bytes that are not UTF-8, or not JSON) goes to pydantic's parser,
-    which decides as before.
+    bytes that are not UTF-8, or not JSON) goes to pydantic's parser, which decides as before.
+    An integer over 64 bits reads as a float (orjson's reading; a verifier compares call
+    arguments as json reads them, and writes a line back with its own bytes: tasks.verify.verify).
 
     share_tools: a line whose tools list is byte for byte one read before (every trajectory of a
     domain carries the same list: 70% of a line's bytes) gets that list object, shared and not
@@ -213,12 +217,12 @@ def read_trajectory_rows(path: Path, share_tools: bool = False, take: Callable[[
                 if cut is not None:
                     traj = Trajectory.model_validate(cut[0])
                     traj.tools = cut[1]
-                    yield where, traj, None, "", line
+                    yield where, traj, None, "", line, cut[2]
                     continue
                 try:
                     raw = orjson.loads(line)
                 except orjson.JSONDecodeError:
-                    yield where, Trajectory.model_validate_json(line), None, "", None
+                    yield where, Trajectory.model_validate_json(line), None, "", None, 0
                 else:
                     traj = Trajectory.model_validate(raw)
                     if share_tools and n_known < MAX_SHARED_TOOLS and (span := _tools_span(line)):
@@ -227,14 +231,14 @@ def read_trajectory_rows(path: Path, share_tools: bool = False, take: Callable[[
                         if all(raw != tb for raw, _ in same) and (tools := _tools_list(tb)) is not None:
                             same.append((tb, tools))
                             n_known += 1
-                    yield where, traj, None, "", line
+                    yield where, traj, None, "", line, 0
             except ValidationError as exc:
                 try:
                     json.loads(line)
                 except ValueError as jexc:  # not JSON, or not UTF-8
-                    yield where, None, "malformed_json", f"not JSON ({getattr(jexc, 'msg', None) or jexc})", None
+                    yield where, None, "malformed_json", f"not JSON ({getattr(jexc, 'msg', None) or jexc})", None, 0
                     continue
-                yield where, None, "invalid_trajectory", str(exc).splitlines()[0], None
+                yield where, None, "invalid_trajectory", str(exc).splitlines()[0], None, 0
 
 
 def _tools_list(data: bytes) -> list[dict[str, Any]] | None:

@@ -59,7 +59,7 @@ def parts(ws: Workspace) -> tuple[int, dict[str, float], float, float]:
     source = ws.rollout_dir(GOLD_RUN) / TRAJECTORIES
     rows = list(read_trajectory_rows(source, share_tools=True))  # as verify_run
     kept = [r for r in rows if r[1] is not None]
-    trajs, raws = [r[1] for r in kept], [r[4] for r in kept]
+    trajs, raws, members = [r[1] for r in kept], [r[4] for r in kept], [r[5] for r in kept]
     linenos = [int(r[0].rsplit(":", 1)[1]) for r in kept]
     tick("read: orjson parse + validation")
     by: dict[str, list] = {}
@@ -110,7 +110,7 @@ def parts(ws: Workspace) -> tuple[int, dict[str, float], float, float]:
     atomic_write_jsonl(out / "verified.jsonl", [{"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain,
                                                  "trial": t.trial, "verdict": t.verdict.model_dump()} for t in trajs])
     tick("write verified.jsonl")
-    outs = [_verdict_out(t, raw) for t, raw in zip(trajs, raws)]
+    outs = [_verdict_out(t, raw, ..., m) for t, raw, m in zip(trajs, raws, members)]
     tick("encode the verdicts")
     data = source.read_bytes()  # verify_run maps the file instead
     chunks = _embedded(data, list(zip(linenos, outs)))
@@ -118,7 +118,7 @@ def parts(ws: Workspace) -> tuple[int, dict[str, float], float, float]:
     atomic_write_bytes(out / TRAJECTORIES, chunks)
     tick("write + fsync the trajectories")
     n = len(trajs)
-    del rows, kept, trajs, raws, by, outs, chunks, data
+    del rows, kept, trajs, raws, members, by, outs, chunks, data
     tick("free the run's objects")
     gc.enable()
     return n, dict(cpu), sandbox, warm

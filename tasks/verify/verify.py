@@ -48,7 +48,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,8 +58,8 @@ import orjson
 from agentscaler.artifacts import TRAJECTORIES, domain_scenarios, read_trajectory_rows
 from agentscaler.hashing import call_key, canonical_json
 from agentscaler.models import Scenario, Trajectory, Verdict
-from agentscaler.schemas import check, value_problem
-from agentscaler.workspace import (StagedWrite, Workspace, atomic_write_bytes, atomic_write_json, atomic_write_start,
+from agentscaler.schemas import Check, check, value_problem
+from agentscaler.workspace import (StagedWrite, Workspace, atomic_write_json, atomic_write_start,
                                   jsonl_line)
 from envs.episode import Checked
 from envs.fastcheck import flat_checker
@@ -88,11 +88,10 @@ class DomainTools:
 
     def __init__(self, spec: DomainSpec):
         self.kinds = {t.name: t.kind for t in spec.tools}
-        # agentscaler.schemas: a malformed schema validates nothing, so every call of that tool is invalid
-        self.checks = {t.name: check(t.parameters) for t in spec.tools}
-        # flat schemas: envs.fastcheck's yes agrees with jsonschema (which still decides every no)
-        self.fast = {n: f for n, c in self.checks.items() if c.problem is None
-                     and (f := flat_checker(c.schema)) is not None}
+        self._parameters = {t.name: t.parameters for t in spec.tools}
+        # a tool's validators, compiled when a call first names it (trajectories call about half
+        # of a domain's tools): its Check and, for a flat schema, envs.fastcheck's checker
+        self._checks: dict[str, tuple[Check, Callable[[Any], bool] | None]] = {}
         self._seen: dict[str, bool] = {}  # call_key -> valid (the same calls recur across trials)
         self._gold: dict[str, list[Any]] = {}  # scenario id -> segments of its gold calls
 
@@ -107,12 +106,22 @@ class DomainTools:
         key = key or call_key(name, args)
         ok = self._seen.get(key)
         if ok is None:
-            c, fast = self.checks.get(name), self.fast.get(name)
+            compiled = self._compiled(name)
             # value_problem first, as the episode checks (envs.episode.Environment._check): the flat
             # check alone would pass a NaN or an infinity
-            ok = self._seen[key] = c is not None and value_problem(args) is None \
-                and ((fast is not None and fast(args)) or c.is_valid(args))
+            ok = self._seen[key] = compiled is not None and value_problem(args) is None \
+                and ((compiled[1] is not None and compiled[1](args)) or compiled[0].is_valid(args))
         return ok
+
+    def _compiled(self, name: str) -> tuple[Check, Callable[[Any], bool] | None] | None:
+        """The tool's validators (None: no such tool). agentscaler.schemas: a malformed schema
+        validates nothing, so every call of that tool is invalid; for a flat schema, envs.fastcheck's
+        yes agrees with jsonschema (which still decides every no)."""
+        got = self._checks.get(name)
+        if got is None and name in self._parameters:
+            c = check(self._parameters[name])
+            got = self._checks[name] = (c, flat_checker(c.schema) if c.problem is None else None)
+        return got
 
 
 def calls_match(agent: list[tuple[str, dict[str, Any]]], gold: list[tuple[str, dict[str, Any]]],
@@ -412,14 +421,14 @@ def verify_part(ws: Workspace, path: Path, max_repeats: int = MAX_REPEATS, repla
     try:
         t0 = time.perf_counter()
         trajs: list[Trajectory] = []
-        raws: list[bytes | None] = []  # each line as read (the verdict alone is encoded again)
-        for where, traj, _, detail, raw in read_trajectory_rows(path, share_tools=True, take=take):
+        raws: list[tuple[bytes | None, int]] = []  # each line as read (the verdict alone is encoded again)
+        for where, traj, _, detail, raw, members in read_trajectory_rows(path, share_tools=True, take=take):
             lineno = int(where.rsplit(":", 1)[1])
             if traj is None:
                 part.unreadable.append((lineno, f"{where}: {detail}"[:300]))
             else:
                 trajs.append(traj)
-                raws.append(raw)
+                raws.append((raw, members))
                 part.lines.append(lineno)
         t_read = time.perf_counter()
         part.counts, part.failed_domains, results, replay_s = _verify_all(ws, trajs, max_repeats, replayer,
@@ -430,7 +439,7 @@ def verify_part(ws: Workspace, path: Path, max_repeats: int = MAX_REPEATS, repla
         verdicts = [t.verdict.model_dump() if t.verdict else None for t in trajs]  # dumped once, used twice
         part.rows = [jsonl_line({"trajectory_id": t.id, "scenario_id": t.scenario_id, "domain": t.domain,
                                  "trial": t.trial, "verdict": v}) for t, v in zip(trajs, verdicts)]
-        part.out = [_verdict_out(t, raw, v) for t, raw, v in zip(trajs, raws, verdicts)]
+        part.out = [_verdict_out(t, raw, v, members) for t, (raw, members), v in zip(trajs, raws, verdicts)]
         # Freed here, by reference counting, while the collector is still off: enabled with them
         # alive, its first young collection would walk every object the run made (a quarter of
         # the verifier's time on 3,000 real trajectories).
@@ -477,26 +486,28 @@ def _verify_run(ws: Workspace, run_id: str | None, max_repeats: int, embed: bool
         counts.update(part.counts)
         failed.update(part.failed_domains)
     results = sorted((x for part in parts for x in part.results), key=lambda x: x[0])
-    # The trajectories' rewrite is written here, then made durable and put in place by another
-    # thread while the report is made and verified.jsonl written: its fsync waits on the disk and
-    # needs no interpreter lock. (Written by that thread too, each of its writev calls waited for
-    # the lock while this one computed: 50-90 ms instead of 10 for a 35 MB file.)
-    staged = _embed(path, [(ln, parts[p].out[j]) for ln, p, j in order]) \
-        if embed and not _run_locked(run_dir) else None
-    finishing = ThreadPoolExecutor(1, thread_name_prefix="verify-embed") if staged is not None else None
-    done = None
-    try:
-        if staged is not None and finishing is not None:
-            done = finishing.submit(staged.finish)
-        report = summarize([parts[p].judged[j] for _, p, j in order], [r for _, r in results], counts,
-                           dict(sorted(failed.items())), max(part.seconds["replay"] for part in parts))
-        atomic_write_bytes(run_dir / "verified.jsonl", [parts[p].rows[j] for _, p, j in order])
-        embedded = done is not None and done.result() is not None
-    finally:
-        if finishing is not None:
-            finishing.shutdown()
-        if staged is not None and done is None:  # it never went to the finishing thread
-            staged.abandon()
+    # The trajectories' rewrite and verified.jsonl are written here, then made durable and put in
+    # place by other threads while the report is made: an fsync waits on the disk and needs no
+    # interpreter lock. (Written by such a thread too, each writev call waited for the lock while
+    # this one computed: 50-90 ms instead of 10 for a 35 MB file.)
+    staged: list[StagedWrite] = []
+    done: list[Future] = []
+    with ThreadPoolExecutor(2, thread_name_prefix="verify-finish") as finishing:
+        try:
+            rewrite = _embed(path, [(ln, parts[p].out[j]) for ln, p, j in order]) \
+                if embed and not _run_locked(run_dir) else None
+            if rewrite is not None:
+                staged.append(rewrite)
+            staged.append(atomic_write_start(run_dir / "verified.jsonl", [parts[p].rows[j] for _, p, j in order]))
+            done = [finishing.submit(s.finish) for s in staged]
+            report = summarize([parts[p].judged[j] for _, p, j in order], [r for _, r in results], counts,
+                               dict(sorted(failed.items())), max(part.seconds["replay"] for part in parts))
+            for d in done:
+                d.result()
+        finally:
+            for s in staged[len(done):]:  # never went to a finishing thread
+                s.abandon()
+    embedded = rewrite is not None
     unreadable = [text for _, text in sorted(x for part in parts for x in part.unreadable)]
     report.update(run_id=run_id, unreadable=len(unreadable), unreadable_examples=unreadable[:20],
                   embedded_in_trajectories=embedded,
@@ -550,18 +561,22 @@ def _embedded(data: bytes | mmap.mmap, outs: list[tuple[int, bytes | tuple[int, 
     return chunks
 
 
-def _verdict_out(traj: Trajectory, line: bytes | None, verdict: Any = ...) -> bytes | tuple[int, int, bytes]:
+def _verdict_out(traj: Trajectory, line: bytes | None, verdict: Any = ..., members: int = 0
+                 ) -> bytes | tuple[int, int, bytes]:
     """The trajectory's line with its verdict (`verdict`: its model_dump(), when the caller has it),
     as (cut, length, tail) where the verdict is put into the line (below), else the whole line.
 
-    A line (read by orjson: valid JSON) that names "verdict" once, as `,"verdict":` followed by
-    bytes that parse as one JSON value up to the line's closing `}`, gets the new verdict in that
-    value's place: the rest kept byte for byte. Sound: a `"` after a `,` is not escaped, so it
-    starts a string, the key `"verdict"`; its value parses alone only if nothing but the object's
-    closing brace follows it, and the line's last `}` closes the top-level object, so the key is
-    the object's own, its last member and (named once) its only verdict. Our writers' lines end
-    so (`"verdict":null}` before verification, the old verdict after). Any other line read by
-    orjson is parsed again and dumped with the verdict replaced; a line orjson refused, the model
+    A line (read by orjson: valid JSON) that names "verdict" once from `members` on (where the
+    reader found that the top-level members before it name none of those after it:
+    read_trajectory_rows' last value; 0, the whole line), as `,"verdict":` followed by bytes that
+    parse as one JSON value up to the line's closing `}`, gets the new verdict in that value's
+    place: the rest kept byte for byte. Sound: a `"` after a `,` is not escaped, so it starts a
+    string, the key `"verdict"`; its value parses alone only if nothing but the object's closing
+    brace follows it, and the line's last `}` closes the top-level object, so the key is the
+    object's own, its last member and (named once from `members` on, where it is) its only
+    verdict. Our writers' lines end so (`"verdict":null}` before verification, the old verdict
+    after). Any other line read by orjson is parsed again (by json: orjson reads an integer over
+    64 bits as a float) and dumped with the verdict replaced; a line orjson refused, the model
     dumped."""
     if verdict is ...:
         verdict = traj.verdict.model_dump() if traj.verdict else None
@@ -571,16 +586,18 @@ def _verdict_out(traj: Trajectory, line: bytes | None, verdict: Any = ...) -> by
             end -= 1
         try:
             at = line.rfind(VERDICT_KEY, 0, end)
-            if at >= 0 and line.endswith(b"}", 0, end) and line.count(b'"verdict"', 0, end) == 1:
+            # (counted from `members` on: a line's tools list is 70% of it)
+            if at >= members and line.endswith(b"}", 0, end) and line.count(b'"verdict"', members, end) == 1:
                 try:
                     orjson.loads(line[at + len(VERDICT_KEY):end - 1])
                 except orjson.JSONDecodeError:
                     pass
                 else:
                     return at, len(line), VERDICT_KEY + orjson.dumps(verdict) + b"}\n"
-            return orjson.dumps({**orjson.loads(line), "verdict": verdict}) + b"\n"
-        except (TypeError, orjson.JSONEncodeError):
-            pass  # a value of the verdict's diff orjson will not encode: the model's own encoder
+            return json.dumps({**json.loads(line), "verdict": verdict}, ensure_ascii=False, allow_nan=False,
+                              separators=(",", ":")).encode() + b"\n"
+        except (TypeError, ValueError, orjson.JSONEncodeError):
+            pass  # a value of the verdict's diff json will not encode: the model's own encoder
     return traj.model_dump_json().encode("utf-8") + b"\n"
 
 

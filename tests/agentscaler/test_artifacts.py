@@ -29,7 +29,7 @@ def _line(k: int, tools: list | None = None, domain: str = "d1") -> str:
 
 def _read(path: Path, share: bool) -> list[tuple]:
     return [(reason, detail.split(" [")[0], traj.model_dump() if traj else None, raw)
-            for _, traj, reason, detail, raw in read_trajectory_rows(path, share_tools=share)]
+            for _, traj, reason, detail, raw, _ in read_trajectory_rows(path, share_tools=share)]
 
 
 def test_shared_tools_read_as_a_full_parse_reads(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_shared_tools_read_as_a_full_parse_reads(tmp_path: Path) -> None:
         '{"id":' + first[first.index(',"tools":'):],  # broken before the tools
         '{"tools":' + tb + ',' + first[1:cut] + first[cut + 9 + len(tb):],  # the tools are the first member
         first[:first.index(',"final_hash":')] + "}",  # the tools are the last member
-        first.replace('"role":"user"', '"role":"user","x":123456789012345678901234567890'),  # orjson refuses it
+        first.replace('"role":"user"', '"role":"user","x":123456789012345678901234567890'),  # over 64 bits: a float, either way
         _line(12, tools=OTHER),  # another list with the same first bytes: its own
         _line(13, tools=OTHER),
         _line(14, tools=TOOLS + [{"type": "function", "function": {"name": "more"}}]),  # TOOLS' bytes then more
@@ -70,6 +70,11 @@ def test_shared_tools_read_as_a_full_parse_reads(tmp_path: Path) -> None:
     assert trajs[-4].tools == OTHER and len(trajs[-3].tools) == 3
     plain = [t for _, t, *_ in read_trajectory_rows(path)]
     assert plain[1].tools is not plain[3].tools  # by default every trajectory has its own
+    # where the members after a shared list start (a verdict is looked for from there on); 0 for
+    # a line parsed whole
+    members = [r[5] for r in read_trajectory_rows(path, share_tools=True)]
+    spliced = [lines[i].index('],"final_hash":') + 1 if i in (1, 3, 11, 13, 15) else 0 for i in range(len(lines))]
+    assert members == spliced and {r[5] for r in read_trajectory_rows(path)} == {0}
 
 
 def test_domain_scenarios_validates_only_the_ids_asked_for(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from agentscaler.artifacts import TRAJECTORIES, load_scenarios, load_trajectories
+from agentscaler.artifacts import TRAJECTORIES, load_scenarios, load_trajectories, read_trajectory_rows
 from agentscaler.models import Trajectory
 from agentscaler.workspace import Workspace
 from envs.episode import Environment
@@ -181,8 +181,11 @@ def test_a_verdict_put_into_the_line_gives_the_object_a_full_rewrite_gives(run: 
     first = json.dumps({"verdict": {"passed": True}, **{k: v for k, v in obj.items() if k != "verdict"}},
                        separators=(",", ":")).encode()  # the verdict not the last member
     spaced = plain[:-1] + b' , "verdict" : {"passed": true}  }'  # a second verdict member, spaced
+    huge = b',"n":1180591620717411303425'  # 2**70 + 1: orjson would read the float 2**70
+    big = first.replace(b'"role":"user"', b'"role":"user"' + huge, 1)  # parsed again: by json
     lines = (plain, plain + b"\n", plain + b" \t\r\n",
-             *(x.model_dump_json().encode() for x in (quoted, nested, judged, failed)), first, spaced)
+             *(x.model_dump_json().encode() for x in (quoted, nested, judged, failed)), first, spaced, big,
+             plain.replace(b'"role":"user"', b'"role":"user"' + huge, 1))
     for line in lines:
         for v in (Verdict(passed=True), Verdict(passed=False, reasons=["state_mismatch"], attribution="agent",
                                                 diff=[{"table": "t", "key": "k", "expected": 1, "actual": 2}])):
@@ -199,6 +202,31 @@ def test_a_verdict_put_into_the_line_gives_the_object_a_full_rewrite_gives(run: 
         cut = line.rindex(b',"verdict":')
         assert out[:cut] == line[:cut] and out[cut:] == b',"verdict":' + orjson.dumps(t.verdict.model_dump()) + b"}\n"
 
+
+
+def test_after_a_known_tools_list_the_verdict_is_looked_for_in_the_members_after_it(
+        run: list[Trajectory], tmp_path: Path) -> None:
+    """A line read with a tools list read before names "verdict" in that list or before it
+    without stopping the verdict going in (the reader found that those members name none of the
+    members after the list); a second verdict member after the list still stops it."""
+    from agentscaler.models import Verdict
+
+    t = run[0].model_copy(deep=True, update={"verdict": None})
+    t.tools = [*t.tools, {"type": "function", "function": {"name": "x", "verdict": None}}]  # named in the list
+    t.messages[1]["content"] = '{"verdict":null}'  # and in a message, escaped
+    line = t.model_dump_json().encode()
+    twice = line[:-1] + b',"verdict":null}'  # a second verdict member after the list
+    path = tmp_path / TRAJECTORIES
+    path.write_bytes(b"\n".join([line, line, twice]) + b"\n")
+    rows = list(read_trajectory_rows(path, share_tools=True))
+    assert [r[5] > 0 for r in rows] == [False, True, True]  # the first line parsed whole
+    for (_, traj, _, _, raw, members), spliced, members_lost in zip(rows, (False, True, False), (0, 0, 1)):
+        traj.verdict = Verdict(passed=True)
+        out = _verdict_out(traj, raw, ..., members)
+        assert isinstance(out, tuple) == spliced
+        got = b"".join(_embedded(raw, [(1, out)]))
+        assert json.loads(got) == {**json.loads(raw), "verdict": traj.verdict.model_dump()}
+        assert got.count(b'"verdict"') == raw.count(b'"verdict"') - members_lost
 
 
 def test_verdicts_go_back_into_the_file_as_read_or_not_at_all(run: list[Trajectory]) -> None:
