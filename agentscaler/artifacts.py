@@ -158,10 +158,10 @@ KnownTools = dict[bytes, list[tuple[bytes, list[dict[str, Any]]]]]  # first byte
 def _spliced(line: bytes, known: KnownTools) -> tuple[dict[str, Any], list, int] | None:
     """(the line's object without "tools", its tools list, where the members after the list start)
     without parsing the tools' bytes, when they equal a list read before; else None (parse the
-    whole line). Sound for any line: the
-    members before the cut parse as an object of their own (so the cut is at the top level, not
-    inside a string or a nested value), the members after it too, and neither names "tools" or a
-    key of the other, so the whole line is exactly that object with the known list as "tools"."""
+    whole line). Sound for any line: the members before the cut parse as an object of their own
+    (so the cut is at the top level, not inside a string or a nested value), the members after it
+    too, and neither names "tools" or a key of the other, so the whole line is exactly that object
+    with the known list as "tools"."""
     i = line.find(TOOLS_KEY)
     if i < 0:
         return None

@@ -50,7 +50,8 @@ def test_shared_tools_read_as_a_full_parse_reads(tmp_path: Path) -> None:
         '{"id":' + first[first.index(',"tools":'):],  # broken before the tools
         '{"tools":' + tb + ',' + first[1:cut] + first[cut + 9 + len(tb):],  # the tools are the first member
         first[:first.index(',"final_hash":')] + "}",  # the tools are the last member
-        first.replace('"role":"user"', '"role":"user","x":123456789012345678901234567890'),  # over 64 bits: a float, either way
+        # over 64 bits: orjson reads a float, the same either way
+        first.replace('"role":"user"', '"role":"user","x":123456789012345678901234567890'),
         _line(12, tools=OTHER),  # another list with the same first bytes: its own
         _line(13, tools=OTHER),
         _line(14, tools=TOOLS + [{"type": "function", "function": {"name": "more"}}]),  # TOOLS' bytes then more
