@@ -36,26 +36,12 @@ def counted(result: dict[str, Any], agent_only: bool = True) -> bool:
     return not (agent_only and not result["passed"] and result.get("attribution") in ("user", "environment"))
 
 
-def scenario_counts(results: list[dict[str, Any]], agent_only: bool = True) -> dict[str, tuple[int, int]]:
-    """"domain/scenario" -> (trials, successes) of the counted trials (the input of pass_hat_k)."""
-    per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for r in results:
-        if counted(r, agent_only):
-            cell = per[f"{r['domain']}/{r['scenario_id']}"]
-            cell[0] += 1
-            cell[1] += int(bool(r["passed"]))
-    return {key: (n, c) for key, (n, c) in per.items()}
-
-
-def passk_report(results: list[dict[str, Any]], max_k: int | None = None, agent_only: bool = True) -> dict[str, Any]:
-    """results: one row per trajectory {scenario_id, domain, passed, n_gold_calls, attribution}.
-
-    Returns {"overall", "domains": {domain: ...}, "by_gold_calls": {n: {"trials", "accuracy"}},
-    "excluded"}; each pass^k block maps str(k) to the mean over scenarios with >= k trials."""
-    # one pass over the rows (a verification summarizes thousands twice): scenario_counts,
-    # by_gold_calls and the excluded count together
-    per: dict[str, dict[str, list[int]]] = defaultdict(dict)  # domain -> scenario -> [trials, successes]
-    cells: list[list[int]] = []  # every scenario's, in the order first seen (the means sum in that order)
+def _tally(results: list[dict[str, Any]], agent_only: bool
+           ) -> tuple[dict[tuple[str, str], list[int]], dict[int, list[int]], int]:
+    """One pass over the rows: (domain, scenario) -> [trials, successes] of the counted trials, in
+    the order first seen (the means sum in that order); n_gold_calls -> [trials, successes] of
+    the same; how many were not counted."""
+    cells: dict[tuple[str, str], list[int]] = {}
     by_calls: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     excluded = 0
     for r in results:
@@ -63,18 +49,33 @@ def passk_report(results: list[dict[str, Any]], max_k: int | None = None, agent_
             excluded += 1
             continue
         passed = bool(r["passed"])
-        scenarios = per[r["domain"]]
-        cell = scenarios.get(r["scenario_id"])
+        key = (r["domain"], r["scenario_id"])
+        cell = cells.get(key)
         if cell is None:
-            cell = scenarios[r["scenario_id"]] = [0, 0]
-            cells.append(cell)
+            cell = cells[key] = [0, 0]
         cell[0] += 1
         cell[1] += passed
         bc = by_calls[int(r.get("n_gold_calls", 0))]
         bc[0] += 1
         bc[1] += passed
-    domains = {d: [(n, c) for n, c in v.values()] for d, v in per.items()}
-    overall = [(n, c) for n, c in cells]
+    return cells, by_calls, excluded
+
+
+def scenario_counts(results: list[dict[str, Any]], agent_only: bool = True) -> dict[str, tuple[int, int]]:
+    """"domain/scenario" -> (trials, successes) of the counted trials (the input of pass_hat_k)."""
+    return {f"{d}/{s}": (n, c) for (d, s), (n, c) in _tally(results, agent_only)[0].items()}
+
+
+def passk_report(results: list[dict[str, Any]], max_k: int | None = None, agent_only: bool = True) -> dict[str, Any]:
+    """results: one row per trajectory {scenario_id, domain, passed, n_gold_calls, attribution}.
+
+    Returns {"overall", "domains": {domain: ...}, "by_gold_calls": {n: {"trials", "accuracy"}},
+    "excluded"}; each pass^k block maps str(k) to the mean over scenarios with >= k trials."""
+    cells, by_calls, excluded = _tally(results, agent_only)
+    overall = [(n, c) for n, c in cells.values()]
+    domains: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for (d, _), (n, c) in cells.items():
+        domains[d].append((n, c))
     top_k = max_k or max((n for n, _ in overall), default=1)
     return {"overall": _mean_passk(overall, top_k),
             "domains": {d: _mean_passk(v, top_k) for d, v in sorted(domains.items())},
